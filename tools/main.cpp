@@ -1,0 +1,65 @@
+// The `pipeline` command line: `pipeline COMMAND [ARGS]`. Subcommands live in cmd_*.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace pipeline::cli {
+
+std::vector<Command>& commands() {
+  static std::vector<Command> all;
+  return all;
+}
+
+bool wants_help(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+}  // namespace pipeline::cli
+
+namespace {
+
+void print_help() {
+  auto cmds = pipeline::cli::commands();
+  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  std::cout << "pipeline " PIPELINE_VERSION " - train GPT-2 style models as a graph of bounded stages\n\n"
+               "usage: pipeline COMMAND [ARGS...]\n"
+               "       pipeline COMMAND --help\n"
+               "       pipeline --version\n\ncommands:\n";
+  for (const auto& c : cmds) std::printf("  %-10s %s\n", c.name.c_str(), c.summary.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    print_help();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version" || args[0] == "-V") {
+    std::cout << "pipeline " PIPELINE_VERSION "\n";
+    return 0;
+  }
+  for (const auto& c : pipeline::cli::commands()) {
+    if (c.name != args[0]) continue;
+    std::vector<std::string> rest(args.begin() + 1, args.end());
+    if (pipeline::cli::wants_help(rest)) {
+      std::cout << c.usage;
+      if (!c.usage.empty() && c.usage.back() != '\n') std::cout << '\n';
+      return 0;
+    }
+    try {
+      return c.run(rest);
+    } catch (const std::exception& e) {
+      std::cerr << "pipeline " << c.name << ": error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "pipeline: unknown command '" << args[0] << "' (see pipeline --help)\n";
+  return 2;
+}
