@@ -1,1 +1,534 @@
-// placeholder
+// Typed configuration from TOML (see config.h). All parsing of config files and `--set`
+// overrides happens here, so every message about a bad config has the same shape:
+//   FILE:LINE: [section] key: expected WHAT, got VALUE
+#include "graph/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include <toml++/toml.h>
+
+namespace pipeline::config {
+
+const char* value_type_name(ValueType t) {
+  switch (t) {
+    case ValueType::integer: return "an integer";
+    case ValueType::floating: return "a number";
+    case ValueType::boolean: return "a boolean (true or false)";
+    case ValueType::string: return "a string";
+    case ValueType::string_list: return "a string or a list of strings";
+  }
+  return "?";
+}
+
+std::string value_to_string(const Value& v) {
+  struct Visitor {
+    std::string operator()(int64_t i) const { return std::to_string(i); }
+    std::string operator()(double d) const {
+      std::ostringstream os;
+      os << std::setprecision(10) << d;
+      return os.str();
+    }
+    std::string operator()(bool b) const { return b ? "true" : "false"; }
+    std::string operator()(const std::string& s) const { return "\"" + s + "\""; }
+    std::string operator()(const std::vector<std::string>& l) const {
+      std::string out = "[";
+      for (size_t i = 0; i < l.size(); ++i) out += (i ? ", \"" : "\"") + l[i] + "\"";
+      return out + "]";
+    }
+  };
+  return std::visit(Visitor{}, v);
+}
+
+std::string Location::str() const {
+  if (line > 0) return source + ":" + std::to_string(line);
+  return source;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Schema
+
+Schema& Schema::integer(std::string key, std::optional<int64_t> def, std::string doc, std::optional<double> min,
+                        std::optional<double> max) {
+  OptionSpec s{std::move(key), ValueType::integer, {}, min, max, {}, std::move(doc)};
+  if (def) s.default_value = Value{*def};
+  options_.push_back(std::move(s));
+  return *this;
+}
+
+Schema& Schema::floating(std::string key, std::optional<double> def, std::string doc, std::optional<double> min,
+                         std::optional<double> max) {
+  OptionSpec s{std::move(key), ValueType::floating, {}, min, max, {}, std::move(doc)};
+  if (def) s.default_value = Value{*def};
+  options_.push_back(std::move(s));
+  return *this;
+}
+
+Schema& Schema::boolean(std::string key, std::optional<bool> def, std::string doc) {
+  OptionSpec s{std::move(key), ValueType::boolean, {}, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = Value{*def};
+  options_.push_back(std::move(s));
+  return *this;
+}
+
+Schema& Schema::string(std::string key, std::optional<std::string> def, std::string doc,
+                       std::vector<std::string> choices) {
+  OptionSpec s{std::move(key), ValueType::string, {}, {}, {}, std::move(choices), std::move(doc)};
+  if (def) s.default_value = Value{*def};
+  options_.push_back(std::move(s));
+  return *this;
+}
+
+Schema& Schema::string_list(std::string key, std::optional<std::vector<std::string>> def, std::string doc) {
+  OptionSpec s{std::move(key), ValueType::string_list, {}, {}, {}, {}, std::move(doc)};
+  if (def) s.default_value = Value{*def};
+  options_.push_back(std::move(s));
+  return *this;
+}
+
+Schema& Schema::extend(const Schema& other) {
+  for (const auto& o : other.options_) {
+    auto it = std::find_if(options_.begin(), options_.end(), [&](const OptionSpec& s) { return s.key == o.key; });
+    if (it != options_.end())
+      *it = o;  // the more specific schema (the stage type's) wins over the common one
+    else
+      options_.push_back(o);
+  }
+  return *this;
+}
+
+const OptionSpec* Schema::find(const std::string& key) const {
+  for (const auto& o : options_)
+    if (o.key == key) return &o;
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Section
+
+const std::pair<Value, Location>& Section::at(const std::string& key) const {
+  auto it = values_.find(key);
+  if (it == values_.end())
+    throw ConfigError(file_ + ": [" + name_ + "] " + key + ": no such key in this section (a bug: it is not in the schema)");
+  return it->second;
+}
+
+int64_t Section::get_int(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<int64_t>(&v)) return *p;
+  throw error(key, "is not an integer");
+}
+
+double Section::get_float(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<double>(&v)) return *p;
+  if (auto p = std::get_if<int64_t>(&v)) return static_cast<double>(*p);
+  throw error(key, "is not a number");
+}
+
+bool Section::get_bool(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<bool>(&v)) return *p;
+  throw error(key, "is not a boolean");
+}
+
+const std::string& Section::get_string(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<std::string>(&v)) return *p;
+  throw error(key, "is not a string");
+}
+
+const std::vector<std::string>& Section::get_string_list(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<std::vector<std::string>>(&v)) return *p;
+  throw error(key, "is not a list of strings");
+}
+
+bool Section::was_set(const std::string& key) const {
+  auto it = values_.find(key);
+  return it != values_.end() && it->second.second.source != "default";
+}
+
+Location Section::where(const std::string& key) const {
+  auto it = values_.find(key);
+  return it == values_.end() ? Location{file_, 0} : it->second.second;
+}
+
+ConfigError Section::error(const std::string& key, const std::string& message) const {
+  Location loc = where(key);
+  std::string origin = loc.source == "default" ? file_ : loc.str();
+  return ConfigError(origin + ": [" + name_ + "] " + key + ": " + message);
+}
+
+void Section::set(const std::string& key, Value v, Location loc) {
+  if (!values_.count(key)) order_.push_back(key);
+  values_[key] = {std::move(v), std::move(loc)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Document
+
+namespace {
+
+struct Override {
+  std::string section;  // dotted
+  std::string key;
+  std::string text;     // the raw value text after '='
+  std::string arg;      // the whole argument, for messages
+};
+
+std::vector<std::string> split_dotted(const std::string& s) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s) {
+    if (c == '.') {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+Override parse_override(const std::string& arg) {
+  auto eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw ConfigError("--set " + arg + ": expected section.key=value");
+  std::string path = arg.substr(0, eq);
+  auto dot = path.rfind('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == path.size())
+    throw ConfigError("--set " + arg + ": expected section.key=value (the key needs its section, e.g. model.n_layer=4)");
+  return Override{path.substr(0, dot), path.substr(dot + 1), arg.substr(eq + 1), arg};
+}
+
+int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
+
+std::string describe_node(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "the string \"" + std::string(*n.value<std::string>()) + "\"";
+    case toml::node_type::integer: return "the integer " + std::to_string(*n.value<int64_t>());
+    case toml::node_type::floating_point: {
+      std::ostringstream os;
+      os << "the number " << *n.value<double>();
+      return os.str();
+    }
+    case toml::node_type::boolean: return *n.value<bool>() ? "true" : "false";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+// Converts a TOML node to the schema's type, or returns an explanation of what was wrong.
+std::optional<Value> convert(const toml::node& n, const OptionSpec& spec, std::string& why) {
+  switch (spec.type) {
+    case ValueType::integer:
+      if (auto v = n.value_exact<int64_t>()) return Value{*v};
+      break;
+    case ValueType::floating:
+      if (auto v = n.value_exact<double>()) return Value{*v};
+      if (auto v = n.value_exact<int64_t>()) return Value{static_cast<double>(*v)};
+      break;
+    case ValueType::boolean:
+      if (auto v = n.value_exact<bool>()) return Value{*v};
+      break;
+    case ValueType::string:
+      if (auto v = n.value_exact<std::string>()) return Value{*v};
+      break;
+    case ValueType::string_list:
+      if (auto v = n.value_exact<std::string>()) return Value{std::vector<std::string>{*v}};
+      if (auto arr = n.as_array()) {
+        std::vector<std::string> out;
+        for (const auto& e : *arr) {
+          auto s = e.value_exact<std::string>();
+          if (!s) {
+            why = "expected a list of strings, but an element is " + describe_node(e);
+            return std::nullopt;
+          }
+          out.push_back(*s);
+        }
+        return Value{std::move(out)};
+      }
+      break;
+  }
+  why = std::string("expected ") + value_type_name(spec.type) + ", got " + describe_node(n);
+  return std::nullopt;
+}
+
+std::string check_range(const Value& v, const OptionSpec& spec) {
+  double x = 0;
+  if (auto p = std::get_if<int64_t>(&v))
+    x = static_cast<double>(*p);
+  else if (auto p = std::get_if<double>(&v))
+    x = *p;
+  else if (auto p = std::get_if<std::string>(&v)) {
+    if (!spec.choices.empty() && std::find(spec.choices.begin(), spec.choices.end(), *p) == spec.choices.end()) {
+      std::string list;
+      for (const auto& c : spec.choices) list += (list.empty() ? "" : ", ") + c;
+      return "expected one of " + list + ", got \"" + *p + "\"";
+    }
+    return {};
+  } else {
+    return {};
+  }
+  if (!std::isfinite(x)) return "expected a finite number, got " + value_to_string(v);
+  auto fmt = [](double d) {
+    std::ostringstream os;
+    os << d;
+    return os.str();
+  };
+  if (spec.min && spec.max && (x < *spec.min || x > *spec.max))
+    return "expected a value in [" + fmt(*spec.min) + ", " + fmt(*spec.max) + "], got " + value_to_string(v);
+  if (spec.min && x < *spec.min) return "expected a value >= " + fmt(*spec.min) + ", got " + value_to_string(v);
+  if (spec.max && x > *spec.max) return "expected a value <= " + fmt(*spec.max) + ", got " + value_to_string(v);
+  return {};
+}
+
+std::string known_keys(const Schema& schema) {
+  std::string out;
+  for (const auto& o : schema.options()) out += (out.empty() ? "" : ", ") + o.key;
+  return out;
+}
+
+}  // namespace
+
+struct Document::Impl {
+  toml::table root;
+  std::vector<Override> overrides;
+  mutable std::set<std::string> used_sections;
+
+  const toml::node* find(const std::string& dotted) const {
+    if (dotted.empty()) return &root;
+    const toml::node* cur = &root;
+    for (const auto& part : split_dotted(dotted)) {
+      auto t = cur->as_table();
+      if (!t) return nullptr;
+      cur = t->get(part);
+      if (!cur) return nullptr;
+    }
+    return cur;
+  }
+};
+
+Document::Document() : impl_(std::make_unique<Impl>()) {}
+Document::~Document() = default;
+Document::Document(Document&&) noexcept = default;
+Document& Document::operator=(Document&&) noexcept = default;
+
+Document Document::parse(const std::string& text, const std::string& name, const std::vector<std::string>& overrides) {
+  Document doc;
+  doc.file_ = name;
+  try {
+    doc.impl_->root = toml::parse(text, std::string_view(name));
+  } catch (const toml::parse_error& e) {
+    const auto& b = e.source().begin;
+    throw ConfigError(name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": invalid TOML: " +
+                      std::string(e.description()));
+  }
+  for (const auto& o : overrides) doc.impl_->overrides.push_back(parse_override(o));
+  return doc;
+}
+
+Document Document::load(const std::filesystem::path& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path.string() + ": cannot open config file");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse(ss.str(), path.string(), overrides);
+}
+
+bool Document::has_section(const std::string& section) const {
+  auto n = impl_->find(section);
+  if (n && n->is_table()) return true;
+  for (const auto& o : impl_->overrides)
+    if (o.section == section) return true;
+  return false;
+}
+
+std::vector<std::string> Document::subsections(const std::string& prefix) const {
+  std::vector<std::pair<int, std::string>> found;
+  auto n = impl_->find(prefix);
+  if (n && n->is_table()) {
+    for (const auto& [k, v] : *n->as_table())
+      if (v.is_table()) found.emplace_back(line_of(v), std::string(k.str()));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  // Sections that only --set creates come last, in the order given.
+  std::string pre = prefix.empty() ? "" : prefix + ".";
+  for (const auto& o : impl_->overrides) {
+    if (o.section.rfind(pre, 0) != 0) continue;
+    std::string rest = o.section.substr(pre.size());
+    if (rest.empty() || rest.find('.') != std::string::npos) continue;
+    if (std::find(out.begin(), out.end(), rest) == out.end()) out.push_back(rest);
+  }
+  return out;
+}
+
+int Document::section_line(const std::string& section) const {
+  auto n = impl_->find(section);
+  return n ? line_of(*n) : 0;
+}
+
+Section Document::resolve(const std::string& section, const Schema& schema) const {
+  impl_->used_sections.insert(section);
+  Section out(section, file_);
+  auto node = impl_->find(section);
+  if (node && !node->is_table())
+    throw ConfigError(file_ + ":" + std::to_string(line_of(*node)) + ": " + section +
+                      ": expected a table [" + section + "], got " + describe_node(*node));
+  if (node) {
+    for (const auto& [k, v] : *node->as_table()) {
+      std::string key(k.str());
+      int line = static_cast<int>(k.source().begin.line);
+      if (line == 0) line = line_of(v);
+      auto spec = schema.find(key);
+      if (!spec) {
+        if (v.is_table()) continue;  // a nested section ([stages.x] under [stages]) is resolved on its own
+        throw ConfigError(file_ + ":" + std::to_string(line) + ": [" + section + "] unknown key '" + key +
+                          "'; expected one of: " + known_keys(schema));
+      }
+      std::string why;
+      auto val = convert(v, *spec, why);
+      if (!val) throw ConfigError(file_ + ":" + std::to_string(line) + ": [" + section + "] " + key + ": " + why);
+      out.set(key, std::move(*val), Location{file_, line});
+    }
+  }
+  for (const auto& o : impl_->overrides) {
+    if (o.section != section) continue;
+    auto spec = schema.find(o.key);
+    if (!spec)
+      throw ConfigError("--set " + o.arg + ": [" + section + "] unknown key '" + o.key +
+                        "'; expected one of: " + known_keys(schema));
+    // The value is read as TOML, so numbers, booleans and lists keep their types; a bare word
+    // that is not valid TOML is taken as a string (--set model.preset=gpt2).
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + o.text);
+    } catch (const toml::parse_error&) {
+      parsed = toml::table{{"v", o.text}};
+    }
+    std::string why;
+    auto val = convert(*parsed.get("v"), *spec, why);
+    if (!val) throw ConfigError("--set " + o.arg + ": [" + section + "] " + o.key + ": " + why);
+    out.set(o.key, std::move(*val), Location{"--set", 0});
+  }
+  for (const auto& spec : schema.options()) {
+    if (!out.has(spec.key)) {
+      if (!spec.default_value)
+        throw ConfigError(file_ + (node ? ":" + std::to_string(line_of(*node)) : std::string()) + ": [" + section +
+                          "] missing required key '" + spec.key + "' (" + value_type_name(spec.type) + ": " +
+                          spec.doc + ")");
+      out.set(spec.key, *spec.default_value, Location{"default", 0});
+    }
+    std::string bad = check_range(out.values().at(spec.key).first, spec);
+    if (!bad.empty()) {
+      auto loc = out.where(spec.key);
+      std::string origin = loc.source == "--set" ? "--set " + section + "." + spec.key : loc.str();
+      throw ConfigError(origin + ": [" + section + "] " + spec.key + ": " + bad);
+    }
+  }
+  // Present keys in schema order, so tables read the same whatever order the file used.
+  Section ordered(section, file_);
+  for (const auto& spec : schema.options()) {
+    const auto& [v, loc] = out.values().at(spec.key);
+    ordered.set(spec.key, v, loc);
+  }
+  return ordered;
+}
+
+void Document::mark_known(const std::string& section) const { impl_->used_sections.insert(section); }
+
+void Document::check_all_used() const {
+  const auto& used = impl_->used_sections;
+  auto is_used_or_parent = [&](const std::string& name) {
+    if (used.count(name)) return true;
+    for (const auto& u : used)
+      if (u.rfind(name + ".", 0) == 0) return true;
+    return false;
+  };
+  std::string known;
+  for (const auto& u : used)
+    if (u.find('.') == std::string::npos) known += (known.empty() ? "" : ", ") + u;
+
+  // Walk every table in the file: each must be a resolved section or a parent of one.
+  std::function<void(const toml::table&, const std::string&)> walk = [&](const toml::table& t, const std::string& prefix) {
+    for (const auto& [k, v] : t) {
+      std::string name = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+      int line = static_cast<int>(k.source().begin.line);
+      if (!v.is_table()) {
+        if (prefix.empty())
+          throw ConfigError(file_ + ":" + std::to_string(line) + ": top-level key '" + name +
+                            "' belongs in a section; known sections: " + known);
+        continue;  // keys inside tables were checked by resolve()
+      }
+      if (!is_used_or_parent(name)) {
+        throw ConfigError(file_ + ":" + std::to_string(line) + ": unknown section [" + name + "]" +
+                          (prefix.empty() ? "; known sections: " + known : std::string()));
+      }
+      if (!used.count(name)) walk(*v.as_table(), name);
+    }
+  };
+  walk(impl_->root, "");
+  for (const auto& o : impl_->overrides)
+    if (!used.count(o.section))
+      throw ConfigError("--set " + o.arg + ": unknown section [" + o.section + "]; known sections: " + known);
+}
+
+void print_table(std::ostream& os, const std::vector<Section>& sections) {
+  size_t wk = 3, wv = 5;
+  for (const auto& s : sections)
+    for (const auto& [k, vl] : s.values()) {
+      wk = std::max(wk, s.name().size() + 1 + k.size());
+      wv = std::max(wv, std::min<size_t>(48, value_to_string(vl.first).size()));
+    }
+  auto rule = [&] { os << "+" << std::string(wk + 2, '-') << "+" << std::string(wv + 2, '-') << "+" << std::string(22, '-') << "+\n"; };
+  rule();
+  os << "| " << std::left << std::setw(static_cast<int>(wk)) << "key" << " | " << std::setw(static_cast<int>(wv))
+     << "value" << " | " << std::setw(20) << "from" << " |\n";
+  rule();
+  for (const auto& s : sections) {
+    for (const auto& k : s.order()) {
+      const auto& [v, loc] = s.values().at(k);
+      std::string val = value_to_string(v);
+      if (val.size() > 48) val = val.substr(0, 45) + "...";
+      std::string from = loc.source == "default" ? "default" : loc.source == "--set" ? "--set" : "line " + std::to_string(loc.line);
+      os << "| " << std::left << std::setw(static_cast<int>(wk)) << (s.name() + "." + k) << " | "
+         << std::setw(static_cast<int>(wv)) << val << " | " << std::setw(20) << from << " |\n";
+    }
+  }
+  rule();
+}
+
+std::filesystem::path find_config(const std::string& name, const std::filesystem::path& source_dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> tried;
+  auto try_path = [&](const fs::path& p) -> bool {
+    tried.push_back(p);
+    return fs::is_regular_file(p);
+  };
+  if (try_path(name)) return name;
+  bool bare = name.find('/') == std::string::npos;
+  if (bare) {
+    std::vector<std::string> names{name};
+    if (fs::path(name).extension() != ".toml") names.push_back(name + ".toml");
+    for (const auto& n : names) {
+      if (try_path(fs::path("pipelines") / n)) return fs::path("pipelines") / n;
+      if (!source_dir.empty() && try_path(source_dir / "pipelines" / n)) return source_dir / "pipelines" / n;
+    }
+  }
+  std::string list;
+  for (const auto& t : tried) list += "\n  " + t.string();
+  throw ConfigError(name + ": config file not found; looked for:" + list);
+}
+
+}  // namespace pipeline::config
