@@ -1,0 +1,175 @@
+// Split readers over shards. Seeking to a position streams the shard from its start and
+// discards what precedes the position: shards carry no index, and decompressing is fast
+// enough that a resume costs at most one shard's read.
+#include "datasets/dataset_reader.h"
+
+#include <algorithm>
+#include <charconv>
+
+namespace pipeline::datasets {
+
+std::string DatasetPosition::str() const {
+  return "epoch=" + std::to_string(epoch) + " shard=" + std::to_string(shard) + " item=" + std::to_string(item);
+}
+
+DatasetPosition DatasetPosition::parse(std::string_view s) {
+  DatasetPosition p;
+  bool seen[3] = {false, false, false};
+  auto bad = [&](const std::string& why) {
+    return DatasetError("dataset position \"" + std::string(s) + "\": " + why +
+                        " (expected \"epoch=E shard=S item=I\")");
+  };
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == ' ') {
+      ++i;
+      continue;
+    }
+    size_t eq = s.find('=', i);
+    if (eq == std::string_view::npos) throw bad("missing '='");
+    std::string_view key = s.substr(i, eq - i);
+    size_t end = s.find(' ', eq);
+    if (end == std::string_view::npos) end = s.size();
+    std::string_view val = s.substr(eq + 1, end - eq - 1);
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(val.data(), val.data() + val.size(), v);
+    if (ec != std::errc() || ptr != val.data() + val.size() || val.empty())
+      throw bad("\"" + std::string(val) + "\" is not a non-negative integer");
+    int k = key == "epoch" ? 0 : key == "shard" ? 1 : key == "item" ? 2 : -1;
+    if (k < 0) throw bad("unknown key \"" + std::string(key) + "\"");
+    if (seen[k]) throw bad("\"" + std::string(key) + "\" given twice");
+    seen[k] = true;
+    if (k == 0) p.epoch = v;
+    if (k == 1) {
+      if (v > UINT32_MAX) throw bad("shard index too large");
+      p.shard = static_cast<uint32_t>(v);
+    }
+    if (k == 2) p.item = v;
+    i = end;
+  }
+  if (!seen[0] || !seen[1] || !seen[2]) throw bad("missing a key");
+  return p;
+}
+
+namespace detail {
+
+void SplitCursor::open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start,
+                       bool loop, const DatasetReaderOptions& options, ShardKind kind) {
+  reader_.reset();
+  dir_ = manifest_dir_of(manifest_dir);
+  manifest_ = Manifest::load(dir_);
+  std::string source = (dir_ / kManifestFileName).string();
+  if (manifest_.kind != kind)
+    throw DatasetError(source + ": dataset kind is \"" + shard_kind_name(manifest_.kind) + "\" but a " +
+                       shard_kind_name(kind) + " reader was asked to open it");
+  verify_split(dir_, manifest_, split, options.verify);
+  split_ = split;
+  shards_ = manifest_.splits.at(split);
+  verified_.assign(shards_.size(), options.verify != VerifyMode::while_reading);
+  if (manifest_.items(split) == 0 && manifest_.documents(split) == 0)
+    throw DatasetError(source + ": split \"" + split + "\" holds no data");
+  bool at_epoch_end = start.shard == shards_.size() && start.item == 0;
+  if (start.shard > shards_.size() || (start.shard == shards_.size() && !at_epoch_end))
+    throw DatasetError(source + ": position " + start.str() + " is past the split \"" + split + "\", which has " +
+                       std::to_string(shards_.size()) + " shards");
+  if (!at_epoch_end) {
+    const ShardInfo& s = shards_[start.shard];
+    uint64_t limit = kind == ShardKind::text ? s.documents : s.items;
+    if (start.item > limit)
+      throw DatasetError(source + ": position " + start.str() + " is past the end of shard \"" + s.name + "\", which holds " +
+                         std::to_string(limit) + (kind == ShardKind::text ? " documents" : " tokens"));
+  }
+  loop_ = loop;
+  options_ = options;
+  kind_ = kind;
+  position_ = start;
+  open_ = true;
+  if (!at_epoch_end && start.item > 0) {
+    current();
+    reader_->skip(start.item);
+  }
+}
+
+ShardReader* SplitCursor::current() {
+  if (!open_) throw DatasetError("dataset reader used before open()");
+  if (reader_) return reader_.get();
+  if (position_.shard >= shards_.size()) {
+    if (!loop_) return nullptr;
+    ++position_.epoch;
+    position_.shard = 0;
+    position_.item = 0;
+  }
+  bool hash = !verified_[position_.shard];
+  reader_ = std::make_unique<ShardReader>(dir_ / shards_[position_.shard].name, kind_, hash);
+  const ShardInfo& info = shards_[position_.shard];
+  const ShardHeader& h = reader_->header();
+  if (h.documents != info.documents || h.items != info.items)
+    throw DatasetError(reader_->path().string() + ": header (byte offset 24) declares " + std::to_string(h.documents) +
+                       " documents and " + std::to_string(h.items) + " items, but " +
+                       (dir_ / kManifestFileName).string() + " records " + std::to_string(info.documents) + " and " +
+                       std::to_string(info.items));
+  return reader_.get();
+}
+
+void SplitCursor::shard_done() {
+  high_water_ = std::max(high_water_, reader_->memory_high_water());
+  if (!verified_[position_.shard]) {
+    const ShardInfo& info = shards_[position_.shard];
+    std::string actual = reader_->sha256_hex();
+    if (actual != info.sha256)
+      throw DatasetError(reader_->path().string() + ": sha256 mismatch: the file hashes to " + actual + " but " +
+                         (dir_ / kManifestFileName).string() + " records " + info.sha256 +
+                         " (the shard changed after it was written)");
+    verified_[position_.shard] = true;
+  }
+  reader_.reset();
+  ++position_.shard;
+  position_.item = 0;
+}
+
+}  // namespace detail
+
+void TextDatasetReader::open(const std::filesystem::path& manifest_dir, const std::string& split,
+                             DatasetPosition start, bool loop, DatasetReaderOptions options) {
+  c_.open(manifest_dir, split, start, loop, options, ShardKind::text);
+}
+
+bool TextDatasetReader::next(std::string& document) {
+  for (;;) {
+    ShardReader* r = c_.current();
+    if (!r) return false;
+    if (r->next_document(document)) {
+      c_.consumed(1);
+      return true;
+    }
+    c_.shard_done();
+  }
+}
+
+size_t TextDatasetReader::memory_high_water() const {
+  return std::max(c_.high_water_, c_.reader_ ? c_.reader_->memory_high_water() : 0);
+}
+
+void TokenDatasetReader::open(const std::filesystem::path& manifest_dir, const std::string& split,
+                              DatasetPosition start, bool loop, DatasetReaderOptions options) {
+  c_.open(manifest_dir, split, start, loop, options, ShardKind::tokens);
+}
+
+size_t TokenDatasetReader::read(std::span<uint16_t> out) {
+  size_t filled = 0;
+  while (filled < out.size()) {
+    ShardReader* r = c_.current();
+    if (!r) break;
+    size_t n = r->read_tokens(out.subspan(filled));
+    c_.consumed(n);
+    filled += n;
+    if (r->finished()) c_.shard_done();
+  }
+  return filled;
+}
+
+size_t TokenDatasetReader::memory_high_water() const {
+  return std::max(c_.high_water_, c_.reader_ ? c_.reader_->memory_high_water() : 0);
+}
+
+}  // namespace pipeline::datasets

@@ -1,0 +1,99 @@
+// Readers the training stages use to stream a prepared dataset split (text documents or
+// token ids) shard after shard, optionally looping over epochs, with a position that
+// resumes exactly where an earlier reader stopped.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "datasets/manifest.h"
+#include "datasets/shard.h"
+
+namespace pipeline::datasets {
+
+/// Where a reader is: `item` documents (text) or tokens (tokens) consumed within shard
+/// `shard` of the split, in epoch `epoch`. (shard == shard count, item == 0) is the end of an epoch.
+struct DatasetPosition {
+  uint32_t shard = 0;
+  uint64_t item = 0;
+  uint64_t epoch = 0;
+  /// "epoch=E shard=S item=I"; parse() reads it back (for checkpoints).
+  std::string str() const;
+  static DatasetPosition parse(std::string_view s);
+  bool operator==(const DatasetPosition&) const = default;
+};
+
+struct DatasetReaderOptions {
+  VerifyMode verify = VerifyMode::on_open;
+};
+
+namespace detail {
+/// What the text and token readers share: manifest, split, current shard, position, looping.
+class SplitCursor {
+ public:
+  void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start, bool loop,
+            const DatasetReaderOptions& options, ShardKind kind);
+  /// The current shard's reader, opening the next shard (and wrapping epochs when looping)
+  /// as needed; nullptr at the end of a non-looping split.
+  ShardReader* current();
+  /// The current shard ended: check its hash if asked, move to the next.
+  void shard_done();
+  void consumed(uint64_t items) { position_.item += items; }
+
+  DatasetPosition position_;
+  Manifest manifest_;
+  std::filesystem::path dir_;
+  std::string split_;
+  std::vector<ShardInfo> shards_;
+  std::vector<bool> verified_;
+  std::unique_ptr<ShardReader> reader_;
+  bool loop_ = false;
+  bool open_ = false;
+  DatasetReaderOptions options_;
+  ShardKind kind_ = ShardKind::text;
+  size_t high_water_ = 0;
+};
+}  // namespace detail
+
+/// Text documents of one split. Single-threaded; one reader per consumer.
+/// Example:
+///   TextDatasetReader r;
+///   r.open("datasets/data/tinyshakespeare/text", "train");
+///   for (std::string doc; r.next(doc);) use(doc);
+class TextDatasetReader {
+ public:
+  void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start = {},
+            bool loop = false, DatasetReaderOptions options = {});
+  /// The next document; false at the end of the split when not looping.
+  bool next(std::string& document);
+  DatasetPosition position() const { return c_.position_; }
+  const Manifest& manifest() const { return c_.manifest_; }
+  /// Most memory any of this reader's shard readers held at once (buffers + zstd context).
+  size_t memory_high_water() const;
+
+ private:
+  detail::SplitCursor c_;
+};
+
+/// Token ids (uint16, an EOT 50256 before every document) of one split.
+class TokenDatasetReader {
+ public:
+  void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start = {},
+            bool loop = false, DatasetReaderOptions options = {});
+  /// Fills `out` as far as the data goes, crossing shard (and, when looping, epoch) boundaries;
+  /// returns the count, 0 only at the end of a non-looping split.
+  size_t read(std::span<uint16_t> out);
+  DatasetPosition position() const { return c_.position_; }
+  const Manifest& manifest() const { return c_.manifest_; }
+  size_t memory_high_water() const;
+
+ private:
+  detail::SplitCursor c_;
+};
+
+}  // namespace pipeline::datasets

@@ -1,0 +1,43 @@
+// A small JSON reader and string escaper: enough for dataset manifests and JSON Lines
+// records, with errors that carry the line, column and byte offset of the problem.
+// Hand-written so datasets/ depends on nothing but zstd.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace pipeline::datasets {
+
+struct JsonValue {
+  enum class Type { null, boolean, number, string, array, object };
+  Type type = Type::null;
+  bool boolean = false;
+  std::string text;  // the decoded string, or a number's literal text
+  std::vector<JsonValue> items;                            // array elements
+  std::vector<std::pair<std::string, JsonValue>> members;  // object members in file order
+  size_t offset = 0;                                       // byte offset where the value starts
+
+  /// Object member by key, or nullptr (also for non-objects).
+  const JsonValue* find(std::string_view key) const;
+  static const char* type_name(Type t);
+};
+
+/// Thrown by json_parse; `what()` is "line L, column C (byte offset O): message".
+struct JsonParseError : std::runtime_error {
+  JsonParseError(size_t offset, size_t line, size_t column, const std::string& message);
+  size_t offset, line, column;
+  std::string message;
+};
+
+/// Parses exactly one JSON value (surrounding whitespace allowed, anything else after it is an error).
+JsonValue json_parse(std::string_view text);
+
+/// `s` as a quoted JSON string literal (control characters, quotes and backslashes escaped;
+/// other bytes, including invalid UTF-8, pass through unchanged).
+std::string json_quote(std::string_view s);
+
+}  // namespace pipeline::datasets

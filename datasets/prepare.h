@@ -1,0 +1,72 @@
+// `pipeline prepare` as a library call: turn text files, directories of them, or JSON Lines
+// into train/val shards plus manifest.json, deterministically for a seed.
+//
+// Inputs. A directory is walked recursively and its files taken in sorted path order (names
+// starting with '.' are skipped and counted). Files ending in .jsonl or .ndjson are JSON Lines:
+// one JSON object per line, its "text" string is one document (an empty or invalid line, or one
+// without a string "text", is an error naming file:line). Every other file is plain text, cut
+// into documents by the DocumentRule:
+//   blank_lines (default): a document is a run of non-blank lines, each with its newline;
+//                 blank lines (empty or only spaces, tabs, '\r') separate documents and are
+//                 dropped. Suits tiny-shakespeare (one speech per document) and prose.
+//   lines:        every non-blank line is a document, without its "\n" or "\r\n".
+//   file:         each file is one document, byte for byte.
+//
+// Split. Document i (counting from 0 over all inputs in order) goes to "val" when
+// splitmix64(seed, i) / 2^64 < val_fraction, else to "train"; order within a split is input
+// order. The decision needs no look-ahead, so input of any size streams through.
+//
+// Shards. A shard is closed once its uncompressed payload reaches shard_size bytes (text bytes
+// plus 4 per document, or 2 per token); documents are never split across shards. Names are
+// "<split>_<NNNNN>.<text|tokens>.zst". manifest.json is written last, so a directory with a
+// manifest is a complete dataset.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "datasets/manifest.h"
+
+namespace pipeline::datasets {
+
+enum class DocumentRule { blank_lines, lines, file };
+const char* document_rule_name(DocumentRule rule);  // "blank-lines", "lines", "file"
+/// Throws std::invalid_argument listing the valid names.
+DocumentRule parse_document_rule(std::string_view name);
+
+struct PrepareOptions {
+  std::filesystem::path out_dir;                 // required
+  bool tokens = false;                           // token shards (GPT-2 BPE) instead of text shards
+  uint64_t shard_size = uint64_t(128) << 20;     // uncompressed payload bytes per shard
+  double val_fraction = 0.1;                     // share of documents in "val", in [0, 1)
+  uint64_t seed = 1337;
+  DocumentRule rule = DocumentRule::blank_lines;
+  int level = 3;                                 // zstd level
+  int threads = 0;                               // tokenizing threads; 0 = hardware concurrency
+  bool overwrite = false;                        // replace a dataset already in out_dir
+  bool progress = false;                         // report progress on stderr
+};
+
+struct PrepareResult {
+  Manifest manifest;
+  uint64_t input_files = 0;
+  uint64_t input_bytes = 0;
+  uint64_t documents = 0;
+  uint64_t hidden_files_skipped = 0;
+  double seconds = 0;
+};
+
+/// Files the inputs expand to, in processing order. Throws when an input does not exist.
+std::vector<std::filesystem::path> expand_inputs(const std::vector<std::filesystem::path>& inputs,
+                                                 uint64_t* hidden_files_skipped = nullptr);
+
+/// Writes the dataset; throws DatasetError / std::invalid_argument with file names on bad input.
+PrepareResult prepare_dataset(const std::vector<std::filesystem::path>& inputs, const PrepareOptions& options);
+
+/// "1048576", "512K", "64M", "2G" (powers of 1024) -> bytes. Throws std::invalid_argument.
+uint64_t parse_byte_size(std::string_view text);
+
+}  // namespace pipeline::datasets

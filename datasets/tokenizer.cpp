@@ -1,0 +1,512 @@
+// GPT-2 tokenizer: loading encoder.json / vocab.bpe, encode, decode, the embedded vocabulary.
+#include "datasets/tokenizer.h"
+
+#include <zstd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "datasets/tokenizer_bpe.h"
+#include "datasets/tokenizer_pretokenize.h"
+
+// Generated at build time from datasets/vocab/*.zst (datasets/vocab/embed.cmake).
+namespace pipeline::datasets::embedded {
+extern const unsigned char gpt2_encoder_json_zst[];
+extern const size_t gpt2_encoder_json_zst_size;
+extern const unsigned char gpt2_vocab_bpe_zst[];
+extern const size_t gpt2_vocab_bpe_zst_size;
+}  // namespace pipeline::datasets::embedded
+
+namespace pipeline::datasets {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
+
+std::string hex_byte(unsigned c) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02X", c & 0xFF);
+  return buf;
+}
+
+// GPT-2 stores token bytes as printable code points: printable Latin-1 bytes stand for
+// themselves, the other 68 bytes are moved to U+0100.. in byte order. This is the inverse.
+const std::array<int, 512>& unicode_to_byte() {
+  static const auto table = [] {
+    std::array<int, 512> t;
+    t.fill(-1);
+    int shifted = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      t[printable ? b : 256 + shifted++] = b;
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Appends the UTF-8 encoding of cp.
+void put_utf8(uint32_t cp, std::string& out) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// Maps a token written in GPT-2's byte alphabet (UTF-8 text) to its bytes. Returns false and
+// sets bad_cp if a code point is outside the alphabet.
+bool alphabet_to_bytes(std::string_view text, std::string& out, uint32_t& bad_cp) {
+  const auto& inv = unicode_to_byte();
+  out.clear();
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto b0 = static_cast<unsigned char>(text[i]);
+    uint32_t cp;
+    size_t len;
+    if (b0 < 0x80) {
+      cp = b0;
+      len = 1;
+    } else if ((b0 & 0xE0) == 0xC0 && i + 1 < text.size()) {
+      cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
+      len = 2;
+    } else {
+      cp = b0 >= 0xE0 ? 0xFFFD : b0;  // anything wider is outside the alphabet
+      len = 1;
+      bad_cp = cp;
+      return false;
+    }
+    if (cp >= inv.size() || inv[cp] < 0) {
+      bad_cp = cp;
+      return false;
+    }
+    out += static_cast<char>(inv[cp]);
+    i += len;
+  }
+  return true;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7F && u != '\\' && u != '\'') {
+      out += c;
+    } else {
+      out += "\\x" + hex_byte(u).substr(2);
+    }
+  }
+  return "'" + out + "'";
+}
+
+// A flat JSON object of string -> non-negative integer, which is all encoder.json is.
+class EncoderJsonParser {
+ public:
+  EncoderJsonParser(std::string_view text, std::string_view name) : s_(text), name_(name) {}
+
+  // Entries in file order: (token bytes, id, byte offset of the key).
+  struct Entry {
+    std::string bytes;
+    uint64_t id;
+    size_t offset;
+  };
+
+  std::vector<Entry> parse() {
+    std::vector<Entry> out;
+    skip_ws();
+    expect('{', "'{' at the start of the object");
+    skip_ws();
+    if (peek() == '}') {
+      ++i_;
+    } else {
+      std::string key;
+      for (;;) {
+        skip_ws();
+        const size_t key_at = i_;
+        parse_string(key);
+        Entry e;
+        uint32_t bad_cp = 0;
+        if (!alphabet_to_bytes(key, e.bytes, bad_cp)) {
+          char cp[16];
+          std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
+          fail(std::string(name_) + ": token at byte offset " + std::to_string(key_at) + " contains " + cp +
+               ", which is not in GPT-2's byte-to-unicode alphabet");
+        }
+        e.offset = key_at;
+        skip_ws();
+        expect(':', "':' after the key");
+        skip_ws();
+        e.id = parse_uint();
+        out.push_back(std::move(e));
+        skip_ws();
+        const char c = peek();
+        if (c == ',') {
+          ++i_;
+          continue;
+        }
+        if (c == '}') {
+          ++i_;
+          break;
+        }
+        error("',' or '}' after a value");
+      }
+    }
+    skip_ws();
+    if (i_ != s_.size()) error("end of input after the object");
+    return out;
+  }
+
+ private:
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+
+  [[noreturn]] void error(const std::string& expected) const {
+    const std::string got = i_ < s_.size() ? printable(s_.substr(i_, 1)) : std::string("end of input");
+    fail(std::string(name_) + ": malformed JSON at byte offset " + std::to_string(i_) + ": expected " + expected +
+         ", got " + got);
+  }
+
+  void expect(char c, const char* what) {
+    if (peek() != c || i_ >= s_.size()) error(what);
+    ++i_;
+  }
+
+  void skip_ws() {
+    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
+  }
+
+  uint32_t hex4() {
+    uint32_t v = 0;
+    for (int k = 0; k < 4; ++k) {
+      const char c = peek();
+      int d;
+      if (c >= '0' && c <= '9') {
+        d = c - '0';
+      } else if (c >= 'a' && c <= 'f') {
+        d = c - 'a' + 10;
+      } else if (c >= 'A' && c <= 'F') {
+        d = c - 'A' + 10;
+      } else {
+        error("four hex digits after \\u");
+      }
+      v = v * 16 + static_cast<uint32_t>(d);
+      ++i_;
+    }
+    return v;
+  }
+
+  void parse_string(std::string& out) {
+    out.clear();
+    expect('"', "'\"' starting a string");
+    for (;;) {
+      if (i_ >= s_.size()) error("'\"' closing the string");
+      const char c = s_[i_];
+      if (c == '"') {
+        ++i_;
+        return;
+      }
+      if (static_cast<unsigned char>(c) < 0x20) error("no control characters inside a string");
+      if (c != '\\') {
+        out += c;
+        ++i_;
+        continue;
+      }
+      ++i_;
+      const char e = peek();
+      ++i_;
+      switch (e) {
+        case '"': out += '"'; break;
+        case '\\': out += '\\'; break;
+        case '/': out += '/'; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF && peek() == '\\' && i_ + 1 < s_.size() && s_[i_ + 1] == 'u') {
+            i_ += 2;
+            const uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) error("a low surrogate after a high surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          }
+          put_utf8(cp, out);
+          break;
+        }
+        default:
+          --i_;
+          error("a JSON escape (one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u)");
+      }
+    }
+  }
+
+  uint64_t parse_uint() {
+    if (peek() < '0' || peek() > '9') error("a non-negative integer token id");
+    uint64_t v = 0;
+    while (peek() >= '0' && peek() <= '9') {
+      v = v * 10 + static_cast<uint64_t>(peek() - '0');
+      if (v > 0xFFFFFFFFull) error("a token id below 2^32");
+      ++i_;
+    }
+    return v;
+  }
+
+  std::string_view s_;
+  std::string_view name_;
+  size_t i_ = 0;
+};
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open " + path.string() + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail("error reading " + path.string());
+  return std::move(ss).str();
+}
+
+std::string zstd_decompress(const unsigned char* data, size_t size, const char* name) {
+  std::string out;
+  ZSTD_DStream* ds = ZSTD_createDStream();
+  if (ds == nullptr) fail(std::string("zstd: cannot create a decompression stream for ") + name);
+  ZSTD_inBuffer in{data, size, 0};
+  std::string chunk(ZSTD_DStreamOutSize(), '\0');
+  size_t ret = 1;
+  while (in.pos < in.size) {
+    ZSTD_outBuffer o{chunk.data(), chunk.size(), 0};
+    ret = ZSTD_decompressStream(ds, &o, &in);
+    if (ZSTD_isError(ret)) {
+      ZSTD_freeDStream(ds);
+      fail(std::string("embedded ") + name + ": zstd error at byte offset " + std::to_string(in.pos) + ": " +
+           ZSTD_getErrorName(ret));
+    }
+    out.append(chunk.data(), o.pos);
+  }
+  ZSTD_freeDStream(ds);
+  if (ret != 0) fail(std::string("embedded ") + name + ": truncated zstd frame");
+  return out;
+}
+
+}  // namespace
+
+Gpt2VocabFiles gpt2_vocab_files() {
+  return {zstd_decompress(embedded::gpt2_encoder_json_zst, embedded::gpt2_encoder_json_zst_size,
+                          "gpt2_encoder.json.zst"),
+          zstd_decompress(embedded::gpt2_vocab_bpe_zst, embedded::gpt2_vocab_bpe_zst_size, "gpt2_vocab.bpe.zst")};
+}
+
+Tokenizer::Tokenizer(std::shared_ptr<const bpe::Vocab> vocab) : vocab_(std::move(vocab)) {}
+
+const Tokenizer& Tokenizer::gpt2() {
+  static const Tokenizer tok = [] {
+    const Gpt2VocabFiles files = gpt2_vocab_files();
+    return from_memory(files.encoder_json, files.vocab_bpe, "<embedded>/gpt2_encoder.json",
+                       "<embedded>/gpt2_vocab.bpe");
+  }();
+  return tok;
+}
+
+Tokenizer Tokenizer::load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
+  const std::string enc = read_file(encoder_json);
+  const std::string merges = read_file(vocab_bpe);
+  return from_memory(enc, merges, encoder_json.string(), vocab_bpe.string());
+}
+
+Tokenizer Tokenizer::from_memory(std::string_view encoder_json, std::string_view vocab_bpe,
+                                 std::string_view encoder_name, std::string_view bpe_name) {
+  auto v = std::make_shared<bpe::Vocab>();
+  const std::string enc_name(encoder_name);
+  const std::string merges_name(bpe_name);
+
+  // encoder.json: ids must be exactly 0..n-1, each token once.
+  auto entries = EncoderJsonParser(encoder_json, encoder_name).parse();
+  const size_t n = entries.size();
+  if (n < 256) fail(enc_name + ": " + std::to_string(n) + " tokens; a byte-level vocabulary needs at least 256");
+  std::vector<const EncoderJsonParser::Entry*> by_id(n, nullptr);
+  std::unordered_map<std::string, uint32_t> id_of;
+  id_of.reserve(n * 2);
+  for (const auto& e : entries) {
+    if (e.id >= n)
+      fail(enc_name + ": token " + printable(e.bytes) + " at byte offset " + std::to_string(e.offset) + " has id " +
+           std::to_string(e.id) + "; ids must be 0.." + std::to_string(n - 1));
+    if (by_id[e.id] != nullptr)
+      fail(enc_name + ": id " + std::to_string(e.id) + " at byte offset " + std::to_string(e.offset) +
+           " was already given to token " + printable(by_id[e.id]->bytes));
+    if (!id_of.emplace(e.bytes, static_cast<uint32_t>(e.id)).second)
+      fail(enc_name + ": token " + printable(e.bytes) + " at byte offset " + std::to_string(e.offset) +
+           " appears twice");
+    by_id[e.id] = &e;
+  }
+  v->offsets.reserve(n + 1);
+  std::vector<bool> special(n, false);
+  for (size_t id = 0; id < n; ++id) {
+    v->offsets.push_back(static_cast<uint32_t>(v->pool.size()));
+    v->pool += by_id[id]->bytes;
+    if (by_id[id]->bytes == Tokenizer::eot_text) {
+      special[id] = true;
+      v->specials.emplace_back(by_id[id]->bytes, static_cast<uint32_t>(id));
+    }
+  }
+  v->offsets.push_back(static_cast<uint32_t>(v->pool.size()));
+  for (int b = 0; b < 256; ++b) {
+    const auto it = id_of.find(std::string(1, static_cast<char>(b)));
+    if (it == id_of.end()) fail(enc_name + ": no token for byte " + hex_byte(static_cast<unsigned>(b)));
+    v->byte_id[b] = it->second;
+  }
+
+  // vocab.bpe: merge i must produce token 256 + i, i.e. ids are merge ranks (tiktoken checks
+  // the same); the table actually used is built from the tokens below.
+  size_t line_no = 0;
+  size_t merges = 0;
+  size_t pos = 0;
+  std::string a, b;
+  uint32_t bad_cp = 0;
+  while (pos < vocab_bpe.size()) {
+    size_t eol = vocab_bpe.find('\n', pos);
+    if (eol == std::string_view::npos) eol = vocab_bpe.size();
+    std::string_view line = vocab_bpe.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
+    const std::string where = merges_name + ": line " + std::to_string(line_no) + ": ";
+    const size_t sp = line.find(' ');
+    if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string_view::npos)
+      fail(where + "expected two tokens separated by one space, got " + printable(line));
+    if (!alphabet_to_bytes(line.substr(0, sp), a, bad_cp) || !alphabet_to_bytes(line.substr(sp + 1), b, bad_cp)) {
+      char cp[16];
+      std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
+      fail(where + "contains " + cp + ", which is not in GPT-2's byte-to-unicode alphabet");
+    }
+    for (const std::string* part : {&a, &b})
+      if (!id_of.contains(*part)) fail(where + "token " + printable(*part) + " is not in " + enc_name);
+    const auto merged = id_of.find(a + b);
+    if (merged == id_of.end()) fail(where + "merged token " + printable(a + b) + " is not in " + enc_name);
+    const size_t want = 256 + merges;
+    if (merged->second != want)
+      fail(where + "merge makes " + printable(a + b) + " with id " + std::to_string(merged->second) + ", expected id " +
+           std::to_string(want) + " (merges must be listed in id order)");
+    ++merges;
+  }
+  if (256 + merges + v->specials.size() != n)
+    fail(merges_name + ": " + std::to_string(merges) + " merges, but " + enc_name + " has " + std::to_string(n) +
+         " tokens (expected 256 bytes + merges + " + std::to_string(v->specials.size()) + " special)");
+
+  v->pieces.build(v->pool, v->offsets, special);
+  // Every way to cut a token into two tokens is a pair that merges into it: tiktoken merges on
+  // "the concatenation is a token", so this reproduces it exactly with one pair lookup.
+  struct Pair {
+    uint32_t a, b, merged;
+  };
+  std::vector<Pair> pairs;
+  for (uint32_t id = 0; id < n; ++id) {
+    if (special[id]) continue;
+    const auto* p = reinterpret_cast<const unsigned char*>(v->pool.data() + v->offsets[id]);
+    const size_t len = v->offsets[id + 1] - v->offsets[id];
+    for (size_t k = 1; k < len; ++k) {
+      const uint32_t left = v->pieces.find(p, k);
+      if (left == bpe::no_id) continue;
+      const uint32_t right = v->pieces.find(p + k, len - k);
+      if (right != bpe::no_id) pairs.push_back({left, right, id});
+    }
+  }
+  v->pairs.reserve(pairs.size());
+  for (const Pair& pr : pairs) v->pairs.insert(pr.a, pr.b, pr.merged);
+  v->byte_pairs.assign(256 * 256, bpe::no_id);
+  for (size_t x = 0; x < 256; ++x)
+    for (size_t y = 0; y < 256; ++y) v->byte_pairs[x * 256 + y] = v->pairs.find(v->byte_id[x], v->byte_id[y]);
+  static std::atomic<uint32_t> next_serial{1};
+  v->serial = next_serial.fetch_add(1);
+  return Tokenizer(std::move(v));
+}
+
+void Tokenizer::encode_ordinary_append(std::string_view text, std::vector<uint32_t>& out) const {
+  const bpe::Vocab& v = *vocab_;
+  // About 3.3 bytes per token for English; growing once up front beats repeated doubling.
+  if (out.capacity() - out.size() < text.size() / 3) out.reserve(out.size() + text.size() / 3 + 16);
+  bpe::PieceCache& cache = bpe::thread_piece_cache();
+  Pretokenizer pre(text);
+  for (std::string_view piece = pre.next(); !piece.empty(); piece = pre.next()) bpe::encode_piece(v, cache, piece, out);
+}
+
+std::vector<uint32_t> Tokenizer::encode_ordinary(std::string_view text) const {
+  std::vector<uint32_t> out;
+  encode_ordinary_append(text, out);
+  return out;
+}
+
+void Tokenizer::encode_append(std::string_view text, bool allow_special, std::vector<uint32_t>& out) const {
+  if (!allow_special || vocab_->specials.empty()) {
+    encode_ordinary_append(text, out);
+    return;
+  }
+  // The earliest special token wins; text between specials is encoded on its own, as in tiktoken.
+  size_t start = 0;
+  for (;;) {
+    size_t best = std::string_view::npos;
+    const std::pair<std::string, uint32_t>* which = nullptr;
+    for (const auto& sp : vocab_->specials) {
+      const size_t at = text.find(sp.first, start);
+      if (at < best || (at == best && which != nullptr && sp.first.size() > which->first.size())) {
+        best = at;
+        which = &sp;
+      }
+    }
+    if (which == nullptr || best == std::string_view::npos) break;
+    encode_ordinary_append(text.substr(start, best - start), out);
+    out.push_back(which->second);
+    start = best + which->first.size();
+  }
+  encode_ordinary_append(text.substr(start), out);
+}
+
+std::vector<uint32_t> Tokenizer::encode(std::string_view text, bool allow_special) const {
+  std::vector<uint32_t> out;
+  encode_append(text, allow_special, out);
+  return out;
+}
+
+std::string_view Tokenizer::token_bytes(uint32_t id) const {
+  if (id >= vocab_size())
+    throw std::invalid_argument("token id " + std::to_string(id) + " is out of range (vocabulary size " +
+                                std::to_string(vocab_size()) + ")");
+  return vocab_->bytes_of(id);
+}
+
+void Tokenizer::decode_append(std::span<const uint32_t> ids, std::string& out) const {
+  const bpe::Vocab& v = *vocab_;
+  const uint32_t n = static_cast<uint32_t>(vocab_size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= n)
+      throw std::invalid_argument("cannot decode token id " + std::to_string(ids[i]) + " at index " +
+                                  std::to_string(i) + ": ids must be below the vocabulary size " + std::to_string(n));
+    out += v.bytes_of(ids[i]);
+  }
+}
+
+std::string Tokenizer::decode(std::span<const uint32_t> ids) const {
+  std::string out;
+  out.reserve(ids.size() * 4);
+  decode_append(ids, out);
+  return out;
+}
+
+size_t Tokenizer::vocab_size() const { return vocab_->offsets.size() - 1; }
+
+}  // namespace pipeline::datasets

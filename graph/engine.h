@@ -1,0 +1,155 @@
+// The engine: builds a graph of registered stages (graph/stage.h) joined by bounded queues,
+// from a TOML config or from code, runs it on oneTBB (plus a dedicated thread per own_thread
+// stage), stops it on request, and reports stats (graph/stats.h) and run-directory files.
+//
+// Typical use (what `pipeline run` does):
+//   auto spec = graph::GraphSpec::from_config(doc);          // [stages.*] sections
+//   graph::Engine engine(std::move(spec), {.run_dir = dir});  // validates: throws config::ConfigError
+//   graph::LiveView view(engine, std::cerr);                  // optional (graph/live_view.h)
+//   graph::install_sigint_handler(engine);                    // Ctrl-C: stop, twice: abort
+//   engine.run();                                             // throws graph::StageError
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "graph/config.h"
+#include "graph/stage.h"
+#include "graph/stats.h"
+
+namespace pipeline::graph {
+
+/// One stage of a graph, as the TOML section [stages.NAME] or code describes it.
+struct StageSpec {
+  std::string name;
+  std::string type;
+  std::vector<std::string> inputs;  // empty: a source
+  int workers = 1;
+  int capacity = 8;  // capacity of this stage's input queue
+  /// Options set from code, checked against the type's schema (defaults filled in, unknown
+  /// keys rejected) when the engine is built. Ignored when `resolved` is set.
+  std::map<std::string, config::Value> values;
+  /// Options already resolved from a config::Document (GraphSpec::from_config).
+  std::optional<config::Section> resolved;
+  std::string where;  // "gpt2.toml:14" for messages; empty for code-built specs
+
+  StageSpec& set(const std::string& key, config::Value v) {
+    values[key] = std::move(v);
+    return *this;
+  }
+};
+
+struct GraphSpec {
+  std::vector<StageSpec> stages;
+  std::string file;  // config file name for messages
+
+  StageSpec& add(std::string name, std::string type, std::vector<std::string> inputs = {}, int workers = 1,
+                 int capacity = 8) {
+    StageSpec s;
+    s.name = std::move(name);
+    s.type = std::move(type);
+    s.inputs = std::move(inputs);
+    s.workers = workers;
+    s.capacity = capacity;
+    stages.push_back(std::move(s));
+    return stages.back();
+  }
+
+  /// Reads every [PREFIX.NAME] section: `type` picks the stage type, whose schema plus the
+  /// common keys (type, input, workers, capacity) validate the section. Marks the sections as
+  /// known in `doc`. Throws config::ConfigError naming file, line, stage and key.
+  static GraphSpec from_config(const config::Document& doc, const std::string& prefix = "stages");
+};
+
+/// The first exception thrown by a stage, rethrown from Engine::run().
+class StageError : public std::runtime_error {
+ public:
+  StageError(std::string stage, const std::string& what, std::exception_ptr original)
+      : std::runtime_error("stage '" + stage + "': " + what), stage_(std::move(stage)), original_(original) {}
+  const std::string& stage() const { return stage_; }
+  std::exception_ptr original() const { return original_; }
+
+ private:
+  std::string stage_;
+  std::exception_ptr original_;
+};
+
+struct EngineOptions {
+  bool stats = true;  // per-item counters, occupancy sampling, observers, files
+  std::chrono::milliseconds sample_interval{20};    // queue occupancy sampling period
+  std::chrono::milliseconds report_interval{1000};  // observers called and stats.jsonl appended
+  std::filesystem::path run_dir = {};               // empty: write no files
+  bool trace = true;                                // trace.json in run_dir (needs stats)
+  size_t trace_events_per_worker = 20000;           // trace cap: later items are not recorded
+  /// After stop(): how long in-flight items may take to drain before the engine aborts.
+  std::chrono::milliseconds stop_grace{10000};
+};
+
+class EngineImpl;
+
+class Engine {
+ public:
+  /// Validates the spec and builds the graph (stage instances are created here, so a stage's
+  /// constructor errors surface now). Throws config::ConfigError on: unknown stage type (lists
+  /// the known ones), unknown option, missing input, port type mismatch, cycle, bad workers.
+  explicit Engine(GraphSpec spec, EngineOptions opts = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs until every stage drained (end of input or stop) or one failed. Call once.
+  /// Throws StageError naming the first stage that threw.
+  void run();
+  /// Asks the sources to stop; queued items finish or are discarded as each stage declares.
+  /// Async-signal-safe (sets an atomic). A second call (or abort()) aborts at once.
+  void stop();
+  void abort();
+  bool stop_requested() const;
+
+  /// Current stats (thread-safe; cheap: reads relaxed counters and the sampler's histograms).
+  Snapshot snapshot() const;
+  /// Called from the engine's monitor thread every report_interval and once at the end with
+  /// the final snapshot. Add before run().
+  void add_observer(std::function<void(const Snapshot&)> fn);
+
+  /// The graph in Graphviz DOT (stage types, workers, queue capacities, port types).
+  std::string dot() const;
+  /// Stage names in topological order.
+  std::vector<std::string> stage_names() const;
+  /// Each stage's resolved options (for the start-up settings table).
+  std::vector<config::Section> stage_options() const;
+
+ private:
+  std::unique_ptr<EngineImpl> impl_;
+};
+
+/// Validates a spec (types, options, inputs, ports, cycles) without building stage instances:
+/// what `pipeline graph` and `pipeline check` need. Throws config::ConfigError.
+void validate(const GraphSpec& spec);
+/// The graph as Graphviz DOT, without building stage instances.
+std::string to_dot(const GraphSpec& spec);
+
+/// Installs a SIGINT handler that calls engine.stop() (a second Ctrl-C aborts), and removes
+/// it (restoring the previous handler) when the returned guard is destroyed.
+class SigintGuard {
+ public:
+  explicit SigintGuard(Engine& engine);
+  ~SigintGuard();
+  SigintGuard(const SigintGuard&) = delete;
+  SigintGuard& operator=(const SigintGuard&) = delete;
+
+ private:
+  void* previous_;
+};
+
+}  // namespace pipeline::graph

@@ -1,0 +1,40 @@
+// Live view of a running graph: on a terminal, a screen redrawn at each report (about once a
+// second) with one row per stage and one bar per queue, the bottleneck highlighted; otherwise
+// one compact line per report. It renders from the engine's monitor thread, off the hot path.
+#pragma once
+
+#include <iosfwd>
+#include <mutex>
+#include <string>
+
+#include "graph/engine.h"
+
+namespace pipeline::graph {
+
+struct LiveViewOptions {
+  enum class Mode { automatic, tty, line, off };
+  Mode mode = Mode::automatic;  // automatic: tty when the stream is a terminal (stderr/stdout)
+  /// Extra text shown above the table (the run command's loss/tokens line); set via set_status.
+  int bar_width = 30;
+};
+
+class LiveView {
+ public:
+  /// Registers itself as an observer of `engine`: construct before engine.run().
+  LiveView(Engine& engine, std::ostream& os, LiveViewOptions opts = {});
+  /// A line the caller wants shown with each refresh (e.g. "step 120 loss 4.31 tok/s 81k").
+  void set_status(std::string line);
+  /// Renders one snapshot (used by the observer; public for tests and `pipeline stats`).
+  std::string render(const Snapshot& s, bool tty) const;
+
+ private:
+  void on_snapshot(const Snapshot& s);
+  std::ostream& os_;
+  LiveViewOptions opts_;
+  bool tty_ = false;
+  int lines_drawn_ = 0;
+  mutable std::mutex mu_;
+  std::string status_;
+};
+
+}  // namespace pipeline::graph

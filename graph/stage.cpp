@@ -1,0 +1,100 @@
+// The stage-type registry and the common stage keys. Built-in types (graph/builtin_stages.cpp)
+// are registered on first use of the registry, because graph/ is a static library and a
+// registration object alone would not pull its translation unit into the executable.
+#include "graph/stage.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace pipeline::graph {
+
+void register_builtin_stages();  // builtin_stages.cpp
+
+std::string type_name_of(const std::type_info& t) {
+  int status = 0;
+  char* s = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  std::string out = (status == 0 && s) ? s : t.name();
+  std::free(s);
+  return out;
+}
+
+std::string type_name_of(std::type_index t) {
+  int status = 0;
+  char* s = abi::__cxa_demangle(t.name(), nullptr, nullptr, &status);
+  std::string out = (status == 0 && s) ? s : t.name();
+  std::free(s);
+  return out;
+}
+
+std::string Item::type_name_of_index(std::type_index t) { return type_name_of(t); }
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::map<std::string, std::unique_ptr<StageType>> types;
+};
+
+Registry& raw_registry() {
+  static Registry r;
+  return r;
+}
+
+void add(StageType t) {
+  if (t.name.empty()) throw std::logic_error("register_stage_type: a stage type needs a name");
+  if (!t.factory) throw std::logic_error("register_stage_type: stage type '" + t.name + "' has no factory");
+  if (t.own_thread && t.max_workers == 0) t.max_workers = 1;
+  auto& r = raw_registry();
+  std::lock_guard lock(r.mu);
+  if (r.types.count(t.name)) throw std::logic_error("register_stage_type: stage type '" + t.name + "' registered twice");
+  std::string name = t.name;
+  r.types.emplace(std::move(name), std::make_unique<StageType>(std::move(t)));
+}
+
+Registry& registry() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_stages(); });
+  return raw_registry();
+}
+
+}  // namespace
+
+void register_builtin_type(StageType t) { add(std::move(t)); }
+
+void register_stage_type(StageType t) {
+  registry();  // built-ins first, so a clash with a built-in name is reported
+  add(std::move(t));
+}
+
+const StageType* find_stage_type(const std::string& name) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  auto it = r.types.find(name);
+  return it == r.types.end() ? nullptr : it->second.get();
+}
+
+std::vector<const StageType*> stage_types() {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  std::vector<const StageType*> out;
+  for (const auto& [name, t] : r.types) out.push_back(t.get());
+  return out;
+}
+
+const config::Schema& common_stage_schema() {
+  static const config::Schema schema = [] {
+    config::Schema s("stage");
+    s.string("type", std::nullopt, "registered stage type (see `pipeline stages`)")
+        .string_list("input", std::vector<std::string>{}, "stage(s) feeding this one; absent for a source")
+        .integer("workers", 1, "concurrent workers (own-thread stages: 1)", 1, 1024)
+        .integer("capacity", 8, "capacity of this stage's input queue, in items", 1, 100000);
+    return s;
+  }();
+  return schema;
+}
+
+}  // namespace pipeline::graph

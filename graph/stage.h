@@ -1,0 +1,222 @@
+// Stage API: what a stage type declares (ports, options, threading) and the base class its
+// instances derive from. Stage types register by name (PIPELINE_STAGE) and the engine
+// (graph/engine.h) builds a graph of them from TOML or from code.
+//
+// Example (a stage that doubles integers, 1 item in -> 1 item out):
+//   class Doubler : public graph::Stage {
+//    public:
+//     explicit Doubler(const graph::StageContext& ctx) : factor_(ctx.options.get_int("factor")) {}
+//     void process(graph::Item in, graph::Emitter& out) override { out.emit<int64_t>(in.get<int64_t>() * factor_); }
+//    private:
+//     int64_t factor_;
+//   };
+//   PIPELINE_STAGE(doubler, {.name = "doubler", .doc = "multiplies by factor",
+//                            .input = graph::port<int64_t>("int"), .output = graph::port<int64_t>("int"),
+//                            .options = config::Schema().integer("factor", 2, "multiplier", 1),
+//                            .factory = graph::make_factory<Doubler>()});
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <typeindex>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "graph/config.h"
+
+namespace pipeline::graph {
+
+/// Readable name of a C++ type (demangled), for messages.
+std::string type_name_of(const std::type_info& t);
+std::string type_name_of(std::type_index t);
+
+/// A port's type: a name users see in TOML errors and `pipeline stages`, plus the C++ type
+/// that flows through it. Ports connect when their C++ types are the same.
+struct PortType {
+  std::string name;                        // "" = no port (sources have no input, sinks no output)
+  std::type_index type = typeid(void);     // typeid(void) with name "any": pass-through
+  bool none() const { return name.empty(); }
+  bool any() const { return name == "any"; }
+};
+
+template <class T>
+PortType port(std::string name) {
+  return PortType{std::move(name), std::type_index(typeid(T))};
+}
+inline PortType no_port() { return PortType{}; }
+/// For pass-through stages (delay, spin): the output type is the input type, inferred per graph.
+inline PortType any_port() { return PortType{"any", std::type_index(typeid(void))}; }
+
+/// A message on an edge: a type-erased, shared payload plus its sequence number. Copying an
+/// Item copies a pointer, never the payload, so fan-out (one producer, several consumers)
+/// costs nothing; a consumer that is the only holder can take() the payload by move.
+class Item {
+ public:
+  Item() = default;
+  template <class T>
+  static Item make(T value) {
+    Item it;
+    it.ptr_ = std::make_shared<std::decay_t<T>>(std::move(value));
+    it.type_ = std::type_index(typeid(std::decay_t<T>));
+    return it;
+  }
+  bool empty() const { return !ptr_; }
+  std::type_index type() const { return type_; }
+  uint64_t seq() const { return seq_; }
+  void set_seq(uint64_t s) { seq_ = s; }
+
+  /// Read access; throws std::logic_error naming both types if T is not the payload's type.
+  template <class T>
+  const T& get() const {
+    check<T>();
+    return *static_cast<const T*>(ptr_.get());
+  }
+  /// Mutable access: only safe when this stage is the payload's sole consumer (no fan-out).
+  template <class T>
+  T& get_mut() {
+    check<T>();
+    return *static_cast<T*>(ptr_.get());
+  }
+  /// Moves the payload out when this Item holds the only reference, else copies it
+  /// (fan-out: other consumers still read it). Move-only payloads that are shared throw.
+  template <class T>
+  T take() {
+    check<T>();
+    T* p = static_cast<T*>(ptr_.get());
+    if (ptr_.use_count() == 1) {
+      T out = std::move(*p);
+      ptr_.reset();
+      return out;
+    }
+    if constexpr (std::is_copy_constructible_v<T>) {
+      return *p;
+    } else {
+      throw std::logic_error("Item::take<" + type_name_of(typeid(T)) +
+                             ">: payload is shared by several consumers (fan-out) and cannot be copied");
+    }
+  }
+
+ private:
+  template <class T>
+  void check() const {
+    if (!ptr_) throw std::logic_error("Item::get<" + type_name_of(typeid(T)) + ">: the item is empty");
+    if (type_ != std::type_index(typeid(T)))
+      throw std::logic_error("Item::get<" + type_name_of(typeid(T)) + ">: the payload is a " +
+                             type_name_of_index(type_));
+  }
+  static std::string type_name_of_index(std::type_index t);
+
+  std::shared_ptr<void> ptr_;
+  std::type_index type_ = typeid(void);
+  uint64_t seq_ = 0;
+};
+
+class EmitterImpl;  // engine-side
+
+/// Where a stage's outputs go. emit() blocks while any consumer's input queue is full (that is
+/// how back-pressure reaches producers); it throws graph::Cancelled when the graph is failing
+/// or aborted, which the stage should let propagate.
+class Emitter {
+ public:
+  explicit Emitter(EmitterImpl* impl, int worker) : impl_(impl), worker_(worker) {}
+  template <class T>
+  void emit(T value) {
+    emit_item(Item::make(std::move(value)));
+  }
+  void emit_item(Item item);
+  /// Index of the calling worker in [0, workers): per-worker scratch space in stages.
+  int worker() const { return worker_; }
+  /// True once stop() was requested: sources return false from produce() when they see it.
+  bool stop_requested() const;
+
+ private:
+  EmitterImpl* impl_;
+  int worker_;
+};
+
+/// Thrown from Emitter::emit_item (and by the engine's queues) once the graph is failing or
+/// aborted; stages must not swallow it.
+class Cancelled : public std::runtime_error {
+ public:
+  Cancelled() : std::runtime_error("graph cancelled") {}
+};
+
+/// What a factory gets to build a stage instance.
+struct StageContext {
+  std::string name;                // the stage's name in the graph ("tokenize")
+  std::string type;                // its registered type ("tokenize")
+  int workers = 1;                 // concurrent process() calls the engine will make
+  const config::Section& options;  // common keys + the type's own keys, validated
+};
+
+/// Base class of every stage instance. One instance per stage; with workers > 1, process() is
+/// called concurrently from several threads and must be thread-safe (use out.worker() for
+/// per-worker state). Sources override produce(), the others process().
+class Stage {
+ public:
+  virtual ~Stage() = default;
+  /// Called once before any item, on the thread that will run the stage when it owns one
+  /// (own_thread: set the CUDA device, stream and grad mode here); on the engine thread otherwise.
+  virtual void initialize() {}
+  /// Sources: produce zero or more items and return true, or return false at end of input.
+  /// Called repeatedly (never concurrently for one worker) until it returns false or a stop
+  /// is requested.
+  virtual bool produce(Emitter& /*out*/) { return false; }
+  /// Middle stages and sinks: consume one input, emit zero, one or many outputs.
+  virtual void process(Item /*in*/, Emitter& /*out*/) {}
+  /// End of stream (input drained or stop): flush what is pending. Called once, after the last
+  /// process(), on the stage's own thread when it has one. May emit. Not called after a failure.
+  virtual void finalize(Emitter& /*out*/) {}
+};
+
+enum class OnStop {
+  finish,   // on a stop request, process what is already queued (default)
+  discard,  // on a stop request, drop queued inputs unprocessed (counted as discarded)
+};
+
+/// A registered stage type.
+struct StageType {
+  std::string name = {};
+  std::string doc = {};
+  PortType input = {};   // no_port(): a source
+  PortType output = {};  // no_port(): a sink; any_port(): same type as the input
+  config::Schema options = config::Schema();  // the type's own keys (the common keys are added by the engine)
+  bool own_thread = false;  // runs on a dedicated std::thread (device work); workers must be 1
+  bool ordered = false;     // needs its input in sequence order (the engine guarantees it)
+  int max_workers = 0;      // 0 = no limit; 1 for stateful stages such as pack
+  OnStop on_stop = OnStop::finish;
+  std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};
+};
+
+template <class S>
+std::function<std::unique_ptr<Stage>(const StageContext&)> make_factory() {
+  return [](const StageContext& ctx) -> std::unique_ptr<Stage> { return std::make_unique<S>(ctx); };
+}
+
+/// Registry of stage types; registration happens at static-initialisation time.
+void register_stage_type(StageType type);
+/// nullptr when unknown.
+const StageType* find_stage_type(const std::string& name);
+/// Every registered type, sorted by name (the built-ins delay, spin, test_* included).
+std::vector<const StageType*> stage_types();
+
+/// The common keys every stage section accepts: type, input, workers, capacity.
+const config::Schema& common_stage_schema();
+
+struct StageRegistrar {
+  explicit StageRegistrar(StageType t) { register_stage_type(std::move(t)); }
+};
+
+}  // namespace pipeline::graph
+
+#define PIPELINE_STAGE_CAT2(a, b) a##b
+#define PIPELINE_STAGE_CAT(a, b) PIPELINE_STAGE_CAT2(a, b)
+/// Registers a stage type at static-initialisation time: PIPELINE_STAGE(ident, {StageType fields}).
+#define PIPELINE_STAGE(ident, ...) \
+  static ::pipeline::graph::StageRegistrar PIPELINE_STAGE_CAT(pipeline_stage_, ident){::pipeline::graph::StageType __VA_ARGS__}

@@ -1,0 +1,77 @@
+// Training checkpoints: a versioned, checksummed binary file holding the model weights, the
+// optimizer state, the step, the RNG states and an opaque metadata string (the caller's JSON).
+//
+// Saving is split so the train thread only pays for device-to-host copies:
+//   auto snap = snapshot(model, &opt, step, meta_json);  // enqueues copies into pinned memory
+//   std::thread([snap = std::move(snap), path] { write_checkpoint(path, snap); }).detach();
+// write_checkpoint() waits for the copies itself (an event, on the writer's thread), then writes
+// PATH.tmp, fsyncs it and renames it over PATH, so PATH is always a complete checkpoint.
+//
+// File layout (little-endian), version 1:
+//   [0, 64) header: magic "PIPECKPT", u32 version, u32 header bytes (64), i64 step,
+//           u64 metadata bytes, u64 payload bytes, u32 tensor count, u32 CRC-32 of the payload,
+//           zero padding
+//   payload: metadata bytes, then per tensor: u32 name length, name, u8 dtype code, u8 ndim,
+//           u16 0, i64 dims[ndim], u64 data bytes, raw contiguous data.
+// Tensor names: "model/<param>", "optim/<state>", "rng/cpu", "rng/cuda/<device>".
+#pragma once
+
+#include "model/gpt2.h"
+#include "model/optim.h"
+
+#include <c10/core/Event.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace pipeline::model {
+
+inline constexpr char kCheckpointMagic[8] = {'P', 'I', 'P', 'E', 'C', 'K', 'P', 'T'};
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+/// Everything a checkpoint holds, as host (CPU) tensors.
+struct CheckpointState {
+  int64_t step = 0;
+  std::string metadata;  // opaque to this module: the caller's JSON (config, data position)
+  NamedTensors model;  // parameter name -> weights
+  NamedTensors optimizer;  // AdamW::state() names -> tensors; empty when saved without one
+  torch::Tensor rng_cpu;  // uint8 state of the default CPU generator
+  std::vector<torch::Tensor> rng_cuda;  // uint8 state per CUDA device; empty without CUDA
+  /// Set when snapshot() enqueued non-blocking device-to-host copies: they are complete once
+  /// this event has fired. wait() blocks on it; write_checkpoint() calls wait() first.
+  std::shared_ptr<c10::Event> ready;
+
+  void wait() const;
+};
+
+/// Copies model weights, optimizer state (optimizer may be null) and RNG states to the host.
+/// With non_blocking and CUDA tensors, the copies go into pinned memory on the current stream and
+/// the call returns without waiting (an event in `ready` marks their completion). Later kernels
+/// on that stream (the next optimizer step) are ordered after the copies, so the snapshot is of
+/// this step. Call it on the thread that owns the stream.
+CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::string metadata,
+                         bool non_blocking = true);
+
+/// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory). Throws
+/// std::runtime_error naming the path on I/O errors.
+void write_checkpoint(const std::string& path, const CheckpointState& state);
+
+/// Reads and verifies a checkpoint (magic, version, length, CRC-32). Throws std::runtime_error
+/// naming the path and what was found (bad magic, unsupported version, truncation, checksum).
+CheckpointState read_checkpoint(const std::string& path);
+
+/// Puts a checkpoint back: weights into model, state into optimizer (if both are non-null/non-
+/// empty) and, when restore_rng, the CPU and CUDA generator states.
+void restore(const CheckpointState& state, GPT& model, AdamW* optimizer, bool restore_rng = true);
+
+/// snapshot() + write_checkpoint() on the calling thread.
+void save_checkpoint(const std::string& path, GPT& model, const AdamW* optimizer, int64_t step,
+                     std::string metadata);
+
+/// CRC-32 (IEEE 802.3, the zlib one); chain calls by passing the previous value.
+uint32_t crc32(const void* data, size_t size, uint32_t prev = 0);
+
+}  // namespace pipeline::model

@@ -1,0 +1,267 @@
+// GPT-2 in LibTorch: presets, validation, the modules and GPT-2 initialisation.
+#include "model/gpt2.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace pipeline::model {
+
+namespace {
+
+struct PresetEntry {
+  const char* name;
+  int64_t n_layer, n_head, n_embd, block_size;
+};
+
+// GPT-2 sizes from the paper / the released checkpoints; the CPU ones are ours.
+constexpr PresetEntry kPresets[] = {
+    {"gpt2", 12, 12, 768, 1024},
+    {"gpt2-medium", 24, 16, 1024, 1024},
+    {"gpt2-large", 36, 20, 1280, 1024},
+    {"gpt2-xl", 48, 25, 1600, 1024},
+    {"tiny", 2, 2, 64, 64},
+    {"small-cpu", 4, 4, 128, 128},
+};
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument("GPTConfig: " + message);
+}
+
+}  // namespace
+
+GPTConfig GPTConfig::preset(std::string_view name) {
+  for (const auto& p : kPresets) {
+    if (name == p.name) {
+      GPTConfig cfg;
+      cfg.n_layer = p.n_layer;
+      cfg.n_head = p.n_head;
+      cfg.n_embd = p.n_embd;
+      cfg.block_size = p.block_size;
+      cfg.with_vocab(50257);
+      return cfg;
+    }
+  }
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown model preset '" + std::string(name) + "' (known presets: " +
+                              known + ")");
+}
+
+std::vector<std::string> GPTConfig::preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : kPresets) names.emplace_back(p.name);
+  return names;
+}
+
+int64_t GPTConfig::pad_vocab(int64_t vocab_size, int64_t multiple) {
+  require(multiple > 0, "pad multiple must be > 0, got " + std::to_string(multiple));
+  return (vocab_size + multiple - 1) / multiple * multiple;
+}
+
+GPTConfig& GPTConfig::with_vocab(int64_t vocab) {
+  vocab_size = vocab;
+  padded_vocab_size = pad_vocab(vocab);
+  return *this;
+}
+
+void GPTConfig::validate() const {
+  require(n_layer > 0, "n_layer must be > 0, got " + std::to_string(n_layer));
+  require(n_head > 0, "n_head must be > 0, got " + std::to_string(n_head));
+  require(n_embd > 0, "n_embd must be > 0, got " + std::to_string(n_embd));
+  require(n_embd % n_head == 0, "n_embd must be divisible by n_head, got n_embd=" +
+                                    std::to_string(n_embd) + " n_head=" + std::to_string(n_head));
+  require(block_size > 0, "block_size must be > 0, got " + std::to_string(block_size));
+  require(vocab_size > 0, "vocab_size must be > 0, got " + std::to_string(vocab_size));
+  require(padded_vocab_size >= vocab_size,
+          "padded_vocab_size must be >= vocab_size, got padded_vocab_size=" +
+              std::to_string(padded_vocab_size) + " vocab_size=" + std::to_string(vocab_size));
+  require(dropout >= 0.0 && dropout < 1.0,
+          "dropout must be in [0, 1), got " + std::to_string(dropout));
+}
+
+int64_t GPTConfig::num_parameters() const {
+  const int64_t C = n_embd, b = bias ? 1 : 0;
+  const int64_t ln = C + b * C;
+  const int64_t attn = (C * 3 * C + b * 3 * C) + (C * C + b * C);
+  const int64_t mlp = (C * 4 * C + b * 4 * C) + (4 * C * C + b * C);
+  const int64_t block = 2 * ln + attn + mlp;
+  return padded_vocab_size * C + block_size * C + n_layer * block + ln;
+}
+
+double GPTConfig::flops_per_token(int64_t T) const {
+  return 6.0 * static_cast<double>(num_parameters()) +
+         6.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(T);
+}
+
+std::string GPTConfig::to_json() const {
+  std::ostringstream os;
+  os << "{\"n_layer\":" << n_layer << ",\"n_head\":" << n_head << ",\"n_embd\":" << n_embd
+     << ",\"block_size\":" << block_size << ",\"vocab_size\":" << vocab_size
+     << ",\"padded_vocab_size\":" << padded_vocab_size << ",\"dropout\":" << dropout
+     << ",\"bias\":" << (bias ? "true" : "false") << "}";
+  return os.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+LayerNormImpl::LayerNormImpl(int64_t n_embd, bool with_bias) : n_embd_(n_embd) {
+  weight = register_parameter("weight", torch::ones({n_embd}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({n_embd}));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return at::layer_norm(x, {n_embd_}, weight, bias, 1e-5);
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
+    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout) {
+  c_attn = register_module(
+      "c_attn", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 3 * cfg.n_embd).bias(cfg.bias)));
+  c_proj = register_module(
+      "c_proj", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
+  resid_dropout = register_module("resid_dropout", torch::nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
+  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);  // 3 x (B, T, C)
+  auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
+  auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
+  auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
+  auto y = at::scaled_dot_product_attention(q, k, v, {}, is_training() ? dropout_ : 0.0,
+                                            /*is_causal=*/true);  // (B, H, T, hd)
+  y = y.transpose(1, 2).contiguous().view({B, T, C});  // (B, T, C)
+  return resid_dropout(c_proj(y));
+}
+
+MLPImpl::MLPImpl(const GPTConfig& cfg) {
+  c_fc = register_module(
+      "c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 4 * cfg.n_embd).bias(cfg.bias)));
+  c_proj = register_module(
+      "c_proj", torch::nn::Linear(torch::nn::LinearOptions(4 * cfg.n_embd, cfg.n_embd).bias(cfg.bias)));
+  dropout = register_module("dropout", torch::nn::Dropout(cfg.dropout));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  auto hidden = torch::gelu(c_fc(x), "tanh");  // (B, T, 4C)
+  return dropout(c_proj(hidden));  // (B, T, C)
+}
+
+BlockImpl::BlockImpl(const GPTConfig& cfg) {
+  ln_1 = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
+  mlp = register_module("mlp", MLP(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto y = x + attn(ln_1(x));
+  return y + mlp(ln_2(y));
+}
+
+// ---------------------------------------------------------------------------------------------
+
+GPTImpl::GPTImpl(GPTConfig cfg, uint64_t seed) : cfg_(cfg) {
+  cfg_.validate();
+  wte = register_module("wte", torch::nn::Embedding(cfg_.padded_vocab_size, cfg_.n_embd));
+  wpe = register_module("wpe", torch::nn::Embedding(cfg_.block_size, cfg_.n_embd));
+  drop = register_module("drop", torch::nn::Dropout(cfg_.dropout));
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < cfg_.n_layer; ++i) h->push_back(Block(cfg_));
+  ln_f = register_module("ln_f", LayerNorm(cfg_.n_embd, cfg_.bias));
+  init_weights(seed);
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  TORCH_CHECK(idx.dim() == 2, "GPT::forward: expected idx of shape (B, T), got ", idx.sizes());
+  TORCH_CHECK(idx.scalar_type() == torch::kLong, "GPT::forward: expected int64 token ids, got ",
+              idx.scalar_type());
+  const int64_t T = idx.size(1);
+  TORCH_CHECK(T >= 1 && T <= cfg_.block_size, "GPT::forward: sequence length ", T,
+              " must be in [1, block_size=", cfg_.block_size, "]");
+  auto pos = torch::arange(T, idx.options());  // (T)
+  auto x = drop(wte(idx) + wpe(pos));  // (B, T, C)
+  for (const auto& block : *h) x = block->as<Block>()->forward(x);
+  x = ln_f(x);  // (B, T, C)
+  return torch::nn::functional::linear(x, wte->weight);  // (B, T, Vp)
+}
+
+// Slicing rather than masking the padded columns to -inf: the loss and its gradients are then
+// exactly those of an unpadded model (a masked column would still cost a -inf fill, and an
+// all-masked row in a low-precision softmax is a NaN risk). The slice makes one (B*T, V) copy,
+// as the mask would; the matmul that produces the logits keeps its padded, aligned shape.
+torch::Tensor GPTImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  TORCH_CHECK(logits.dim() == 3 && logits.size(2) == cfg_.padded_vocab_size,
+              "GPT::loss: expected logits (B, T, ", cfg_.padded_vocab_size, "), got ", logits.sizes());
+  TORCH_CHECK(targets.sizes() == logits.sizes().slice(0, 2), "GPT::loss: targets ", targets.sizes(),
+              " do not match logits ", logits.sizes());
+  auto real = logits.narrow(2, 0, cfg_.vocab_size).reshape({-1, cfg_.vocab_size});  // (B*T, V)
+  return torch::nn::functional::cross_entropy(real.to(torch::kFloat), targets.reshape({-1}));
+}
+
+void GPTImpl::init_weights(uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  const double std = 0.02;
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg_.n_layer));
+  // named_parameters() has a fixed order, so the draws are the same for a seed.
+  for (auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    torch::Tensor fresh;
+    const bool is_ln = name.find("ln_") != std::string::npos;
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (is_bias) {
+      fresh = torch::zeros(p.sizes());
+    } else if (is_ln) {
+      fresh = torch::ones(p.sizes());
+    } else {
+      const bool residual = name.find("c_proj.weight") != std::string::npos;
+      fresh = torch::empty(p.sizes()).normal_(0.0, residual ? proj_std : std, gen);
+    }
+    p.copy_(fresh);
+  }
+}
+
+int64_t GPTImpl::num_parameters() const {
+  int64_t n = 0;
+  std::unordered_set<const void*> seen;
+  for (const auto& p : parameters()) {
+    if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  }
+  return n;
+}
+
+void load_parameters(GPT& model, const std::vector<std::pair<std::string, torch::Tensor>>& named) {
+  torch::NoGradGuard no_grad;
+  auto params = model->named_parameters();
+  std::unordered_map<std::string, const torch::Tensor*> given;
+  for (const auto& [name, t] : named) {
+    if (!params.contains(name)) {
+      throw std::invalid_argument("load_parameters: tensor '" + name +
+                                  "' is not a parameter of this model (different architecture?)");
+    }
+    given[name] = &t;
+  }
+  for (auto& item : params) {
+    auto it = given.find(item.key());
+    if (it == given.end()) {
+      throw std::invalid_argument("load_parameters: parameter '" + item.key() + "' is missing");
+    }
+    const torch::Tensor& src = *it->second;
+    if (src.sizes() != item.value().sizes()) {
+      std::ostringstream os;
+      os << "load_parameters: parameter '" << item.key() << "' has shape " << item.value().sizes()
+         << " but the source has " << src.sizes();
+      throw std::invalid_argument(os.str());
+    }
+    item.value().copy_(src);
+  }
+}
+
+}  // namespace pipeline::model

@@ -1,0 +1,157 @@
+// eval: every [eval] every steps, the validation loss over a fixed set of batches from the
+// validation split and a short sample from a fixed prompt. It runs on its own thread with its
+// own copy of the model (weights handed over by train), so neither training nor the input side
+// waits for it.
+#include <cstdio>
+
+#include "datasets/dataset_reader.h"
+#include "datasets/json_lite.h"
+#include "datasets/tokenizer.h"
+#include "graph/stage.h"
+#include "model/autocast.h"
+#include "model/generate.h"
+#include "stages/types.h"
+
+#ifdef PIPELINE_HAVE_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace pipeline::stages {
+namespace {
+
+class Eval : public graph::Stage {
+ public:
+  explicit Eval(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+    if (rc_.cfg.eval.every > 0) load_validation();
+  }
+
+  void initialize() override {
+    if (rc_.cfg.eval.every <= 0) return;
+#ifdef PIPELINE_HAVE_CUDA
+    if (rc_.device.is_cuda()) {
+      c10::cuda::set_device(rc_.device.index());
+      c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(false, rc_.device.index()));
+    }
+#endif
+    model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
+    model_->to(rc_.device);
+    model_->eval();
+    val_ = val_.to(rc_.device);
+  }
+
+  void process(graph::Item in, graph::Emitter&) override {
+    const auto& r = in.get<StepResult>();
+    if (!r.eval) return;
+    wait_ready(r);  // the weight copies are done once the step's event is
+    {
+      torch::NoGradGuard no_grad;
+      auto params = model_->named_parameters();
+      for (const auto& [name, w] : r.eval->weights) params[name].copy_(w);
+    }
+    const auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
+    double sum = 0;
+    {
+      torch::NoGradGuard no_grad;
+      model::AutocastGuard autocast(rc_.device.type(), rc_.cfg.training.dtype == "bf16");
+      for (int64_t i = 0; i < n_batches_; ++i) {
+        auto buf = val_.narrow(0, i * B * T, B * T + 1);  // (B*T+1)
+        auto x = buf.narrow(0, 0, B * T).view({B, T});    // (B, T)
+        auto y = buf.narrow(0, 1, B * T).view({B, T});    // (B, T)
+        sum += model_->loss(model_->forward(x), y).item<double>();
+      }
+    }
+    const double val_loss = sum / static_cast<double>(n_batches_);
+    std::string sample;
+    if (rc_.cfg.eval.sample_tokens > 0) {
+      const auto& tok = datasets::Tokenizer::gpt2();
+      auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
+      std::vector<int64_t> prompt(ids32.begin(), ids32.end());
+      if (prompt.empty()) prompt.push_back(datasets::Tokenizer::eot_id);
+      model::SampleOptions so;
+      so.n_tokens = rc_.cfg.eval.sample_tokens;
+      so.temperature = rc_.cfg.eval.temperature;
+      so.top_k = rc_.cfg.eval.top_k;
+      so.seed = static_cast<uint64_t>(rc_.cfg.run.seed);
+      auto out = model::sample(model_, prompt, so);
+      std::vector<uint32_t> gen;
+      for (size_t i = prompt.size(); i < out.size(); ++i)
+        if (out[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(out[i]));
+      sample = rc_.cfg.eval.prompt + tok.decode(gen);
+    }
+    char line[128];
+    std::snprintf(line, sizeof line, "eval  step %lld | val loss %.4f over %lld batches", static_cast<long long>(r.eval->step),
+                  val_loss, static_cast<long long>(n_batches_));
+    std::string text = line;
+    if (!sample.empty()) text += "\n  sample: " + indent(sample);
+    rc_.log->print(text);
+    rc_.log->metric("{\"step\":" + std::to_string(r.eval->step) + ",\"val_loss\":" + std::to_string(val_loss) +
+                    ",\"sample\":" + datasets::json_quote(sample) + "}");
+  }
+
+ private:
+  static std::string indent(const std::string& s) {
+    std::string out;
+    for (char c : s) {
+      out += c;
+      if (c == '\n') out += "          ";
+    }
+    return out;
+  }
+
+  // The fixed validation set: the first batches*B*T+1 tokens of the validation split, tokenized
+  // the way training tokenizes (<|endoftext|> before each document).
+  void load_validation() {
+    const auto& cfg = rc_.cfg;
+    const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
+    const int64_t want = cfg.eval.batches * B * T + 1;
+    std::vector<int64_t> ids;
+    auto manifest = datasets::Manifest::load(cfg.data.dataset);
+    if (!manifest.splits.count(cfg.data.val_split))
+      throw std::runtime_error(cfg.data.dataset.string() + ": no split '" + cfg.data.val_split +
+                               "' for evaluation ([data] val_split)");
+    if (manifest.kind == datasets::ShardKind::tokens) {
+      datasets::TokenDatasetReader reader;
+      reader.open(cfg.data.dataset, cfg.data.val_split);
+      std::vector<uint16_t> buf(static_cast<size_t>(want));
+      size_t n = 0, got;
+      while (n < buf.size() && (got = reader.read(std::span<uint16_t>(buf).subspan(n))) > 0) n += got;
+      ids.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
+    } else {
+      datasets::TextDatasetReader reader;
+      reader.open(cfg.data.dataset, cfg.data.val_split);
+      const auto& tok = datasets::Tokenizer::gpt2();
+      std::string doc;
+      std::vector<uint32_t> t;
+      while (static_cast<int64_t>(ids.size()) < want && reader.next(doc)) {
+        t.clear();
+        t.push_back(datasets::Tokenizer::eot_id);
+        tok.encode_ordinary_append(doc, t);
+        ids.insert(ids.end(), t.begin(), t.end());
+      }
+    }
+    n_batches_ = std::min<int64_t>(cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
+    if (n_batches_ < 1)
+      throw std::runtime_error(cfg.data.dataset.string() + ": the '" + cfg.data.val_split + "' split has " +
+                               std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
+                               std::to_string(B * T + 1) + ")");
+    val_ = torch::tensor(ids, torch::kInt64);  // (N)
+  }
+
+  RunContext& rc_;
+  model::GPT model_{nullptr};
+  torch::Tensor val_;
+  int64_t n_batches_ = 0;
+};
+
+PIPELINE_STAGE(eval, {.name = "eval",
+                      .doc = "validation loss on fixed batches and a generated sample, every [eval] every steps",
+                      .input = graph::port<StepResult>("step"),
+                      .output = graph::no_port(),
+                      .own_thread = true,
+                      .ordered = true,
+                      .max_workers = 1,
+                      .factory = graph::make_factory<Eval>()});
+
+}  // namespace
+}  // namespace pipeline::stages

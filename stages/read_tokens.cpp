@@ -1,0 +1,51 @@
+// read_tokens: a source that replaces read_shards + tokenize. Streams pre-tokenized uint16 ids
+// from the token shards of a prepared dataset (`pipeline prepare --tokens`).
+#include "datasets/dataset_reader.h"
+#include "graph/stage.h"
+#include "stages/types.h"
+
+namespace pipeline::stages {
+namespace {
+
+class ReadTokens : public graph::Stage {
+ public:
+  explicit ReadTokens(const graph::StageContext& ctx)
+      : rc_(require_run_context(ctx.name)), chunk_(static_cast<size_t>(ctx.options.get_int("chunk_tokens"))) {
+    auto dir = ctx.options.get_string("dataset");
+    auto split = ctx.options.get_string("split");
+    reader_.open(dir.empty() ? rc_.cfg.data.dataset : std::filesystem::path(dir),
+                 split.empty() ? rc_.cfg.data.train_split : split, rc_.start.pos, rc_.cfg.data.loop);
+  }
+
+  bool produce(graph::Emitter& out) override {
+    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    TokenChunk c;
+    c.pos = reader_.position();
+    c.tokens.resize(chunk_);
+    size_t n = reader_.read(c.tokens);
+    if (n == 0) return false;
+    c.tokens.resize(n);
+    out.emit(std::move(c));
+    return true;
+  }
+
+ private:
+  RunContext& rc_;
+  size_t chunk_;
+  datasets::TokenDatasetReader reader_;
+};
+
+PIPELINE_STAGE(read_tokens,
+               {.name = "read_tokens",
+                .doc = "reads pre-tokenized ids from the token shards of a prepared dataset (replaces read_shards + tokenize)",
+                .input = graph::no_port(),
+                .output = graph::port<TokenChunk>("tokens"),
+                .options = config::Schema()
+                               .string("dataset", "", "token dataset directory (empty: [data] dataset)")
+                               .string("split", "", "split to read (empty: [data] train_split)")
+                               .integer("chunk_tokens", 65536, "tokens per emitted chunk", 1, 1 << 26),
+                .max_workers = 1,
+                .factory = graph::make_factory<ReadTokens>()});
+
+}  // namespace
+}  // namespace pipeline::stages

@@ -1,0 +1,146 @@
+// Schemas and resolution of the run sections of a pipeline TOML (see run_config.h).
+#include "stages/run_config.h"
+
+namespace pipeline::stages {
+
+namespace fs = std::filesystem;
+
+const std::vector<config::Schema>& run_schemas() {
+  static const std::vector<config::Schema> schemas = [] {
+    std::vector<config::Schema> s;
+    s.emplace_back("run");
+    s.back()
+        .string("name", "run", "run directory name prefix: runs/<name>-<timestamp>")
+        .string("dir", "", "explicit run directory (empty: runs/<name>-<timestamp> under the working directory)")
+        .integer("seed", 1337, "seed for weights, data order and sampling", 0, 9.2e18)
+        .string("device", "auto", "where to train: auto (CUDA when present), cpu or cuda", {"auto", "cpu", "cuda"})
+        .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024);
+    s.emplace_back("model");
+    s.back()
+        .string("preset", "gpt2", "model size: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a small CPU preset")
+        .integer("n_layer", 0, "transformer blocks (0: the preset's)", 0, 1024)
+        .integer("n_head", 0, "attention heads (0: the preset's)", 0, 1024)
+        .integer("n_embd", 0, "model width (0: the preset's)", 0, 65536)
+        .integer("block_size", 0, "longest context the model supports (0: the preset's)", 0, 1 << 20)
+        .integer("vocab_size", 50257, "vocabulary size; the embedding is padded up to a multiple of 64", 1, 1 << 24)
+        .floating("dropout", 0.0, "dropout probability", 0.0, 1.0)
+        .boolean("bias", true, "biases in linear layers and LayerNorms");
+    s.emplace_back("data");
+    s.back()
+        .string("dataset", std::nullopt, "prepared dataset directory (with manifest.json), from `pipeline prepare`")
+        .string("train_split", "train", "split used for training")
+        .string("val_split", "val", "split used for evaluation")
+        .boolean("loop", true, "start the next epoch at the end of the data instead of stopping");
+    s.emplace_back("training");
+    s.back()
+        .integer("steps", 1000, "optimizer steps", 1, 1e12)
+        .integer("batch_size", 8, "B: sequences per micro-batch", 1, 1 << 20)
+        .integer("seq_len", 1024, "T: tokens per sequence", 1, 1 << 20)
+        .integer("grad_accum", 1, "micro-batches per optimizer step (global batch = B*T*grad_accum tokens)", 1, 1 << 20)
+        .floating("grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9)
+        .string("dtype", "bf16", "autocast dtype of the forward pass; weights stay fp32", {"bf16", "fp32"});
+    s.emplace_back("optimizer");
+    s.back()
+        .floating("lr", 6e-4, "peak learning rate (AdamW)", 0.0, 10.0)
+        .floating("min_lr", 6e-5, "learning rate at the end of the cosine decay", 0.0, 10.0)
+        .floating("beta1", 0.9, "AdamW beta1", 0.0, 1.0)
+        .floating("beta2", 0.95, "AdamW beta2", 0.0, 1.0)
+        .floating("eps", 1e-8, "AdamW epsilon", 0.0, 1.0)
+        .floating("weight_decay", 0.1, "decoupled weight decay, applied to matrices only", 0.0, 10.0)
+        .integer("warmup_steps", 100, "linear warmup steps before the cosine decay", 0, 1e12)
+        .boolean("fused", true, "use the fused AdamW kernel (no host sync on CUDA)");
+    s.emplace_back("eval");
+    s.back()
+        .integer("every", 0, "steps between evaluations (0: off)", 0, 1e12)
+        .integer("batches", 8, "validation batches per evaluation (the same fixed set each time)", 1, 1e6)
+        .integer("sample_tokens", 48, "tokens generated from the prompt at each evaluation (0: none)", 0, 1e6)
+        .string("prompt", "\n", "prompt of the generated sample")
+        .floating("temperature", 0.8, "sampling temperature", 0.0, 100.0)
+        .integer("top_k", 40, "sample among the k most likely tokens (0: all)", 0, 1 << 24);
+    s.emplace_back("checkpoint");
+    s.back()
+        .integer("every", 0, "steps between checkpoints (0: none during the run)", 0, 1e12)
+        .integer("keep", 2, "newest checkpoints kept in the run directory", 1, 1e6)
+        .boolean("at_end", true, "write a checkpoint when the run ends or is interrupted");
+    s.emplace_back("logging");
+    s.back()
+        .integer("every", 10, "steps between progress lines", 1, 1e12)
+        .string("live", "auto", "live stage view: auto (screen on a terminal, lines otherwise), tty, line, off",
+                {"auto", "tty", "line", "off"})
+        .integer("stats_interval_ms", 50, "queue occupancy sampling period", 1, 60000)
+        .boolean("trace", true, "write a Chrome trace (trace.json) of stage activity")
+        .floating("peak_tflops", 989.0, "device peak (dense bf16 TFLOP/s) used for MFU", 0.001, 1e6);
+    return s;
+  }();
+  return schemas;
+}
+
+namespace {
+
+const config::Schema& schema_of(const std::string& name) {
+  for (const auto& s : run_schemas())
+    if (s.name() == name) return s;
+  throw std::logic_error("no run schema named " + name);
+}
+
+}  // namespace
+
+RunConfig resolve_run_config(const config::Document& doc, const fs::path& source_dir) {
+  RunConfig rc;
+  rc.file = doc.file();
+  auto sec = [&](const std::string& name) {
+    rc.sections.push_back(doc.resolve(name, schema_of(name)));
+    return rc.sections.back();
+  };
+
+  auto run = sec("run");
+  rc.run = {run.get_string("name"), run.get_string("dir"), run.get_int("seed"), run.get_string("device"),
+            run.get_int("threads")};
+
+  auto m = sec("model");
+  rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),
+              m.get_int("block_size"), m.get_int("vocab_size"), m.get_float("dropout"), m.get_bool("bias")};
+
+  auto d = sec("data");
+  fs::path ds = d.get_string("dataset");
+  if (ds.is_relative()) {
+    // A dataset path is read relative to the config file first, then to the source tree, so the
+    // bundled configs work from any working directory.
+    fs::path cfg_dir = fs::path(doc.file()).parent_path();
+    for (const fs::path& base : {fs::current_path(), cfg_dir, cfg_dir / "..", source_dir}) {
+      if (fs::exists(base / ds)) {
+        ds = fs::weakly_canonical(base / ds);
+        break;
+      }
+    }
+  }
+  if (!fs::exists(ds / "manifest.json"))
+    throw d.error("dataset", "no prepared dataset at '" + ds.string() +
+                                 "' (expected a directory with manifest.json, made by `pipeline prepare`)");
+  rc.data = {ds, d.get_string("train_split"), d.get_string("val_split"), d.get_bool("loop")};
+
+  auto t = sec("training");
+  rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
+                 t.get_float("grad_clip"), t.get_string("dtype")};
+
+  auto o = sec("optimizer");
+  rc.optimizer = {o.get_float("lr"), o.get_float("min_lr"), o.get_float("beta1"), o.get_float("beta2"),
+                  o.get_float("eps"), o.get_float("weight_decay"), o.get_int("warmup_steps"), o.get_bool("fused")};
+  if (rc.optimizer.min_lr > rc.optimizer.lr)
+    throw o.error("min_lr", "must not exceed lr (" + std::to_string(rc.optimizer.lr) + "), got " +
+                                std::to_string(rc.optimizer.min_lr));
+
+  auto e = sec("eval");
+  rc.eval = {e.get_int("every"), e.get_int("batches"), e.get_int("sample_tokens"), e.get_string("prompt"),
+             e.get_float("temperature"), e.get_int("top_k")};
+
+  auto c = sec("checkpoint");
+  rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end")};
+
+  auto l = sec("logging");
+  rc.logging = {l.get_int("every"), l.get_string("live"), l.get_int("stats_interval_ms"), l.get_bool("trace"),
+                l.get_float("peak_tflops")};
+  return rc;
+}
+
+}  // namespace pipeline::stages

@@ -1,0 +1,51 @@
+// synthetic: random tokens of the configured shape, replacing the whole input side, to measure
+// compute alone. A few distinct batches are made up front and emitted in turn, so the source
+// costs next to nothing per item.
+#include "graph/stage.h"
+#include "stages/types.h"
+
+namespace pipeline::stages {
+namespace {
+
+class Synthetic : public graph::Stage {
+ public:
+  explicit Synthetic(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+    auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(rc_.cfg.run.seed));
+    int64_t distinct = ctx.options.get_int("distinct");
+    for (int64_t i = 0; i < distinct; ++i) {
+      auto buf = torch::randint(0, rc_.model.vocab_size, {B * T + 1}, gen, torch::kInt64);  // (B*T+1)
+      pool_.push_back(buf);
+    }
+    next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
+  }
+
+  bool produce(graph::Emitter& out) override {
+    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
+    const auto& buf = pool_[static_cast<size_t>(next_index_) % pool_.size()];
+    Batch b;
+    b.x = buf.narrow(0, 0, B * T).view({B, T});  // (B, T)
+    b.y = buf.narrow(0, 1, B * T).view({B, T});  // (B, T)
+    b.index = next_index_++;
+    b.after = DataCursor{};
+    out.emit(std::move(b));
+    return true;
+  }
+
+ private:
+  RunContext& rc_;
+  std::vector<torch::Tensor> pool_;
+  int64_t next_index_ = 0;
+};
+
+PIPELINE_STAGE(synthetic, {.name = "synthetic",
+                           .doc = "random token batches of the configured shape (measures compute without the input side)",
+                           .input = graph::no_port(),
+                           .output = graph::port<Batch>("batch"),
+                           .options = config::Schema().integer("distinct", 8, "distinct batches cycled through", 1, 1024),
+                           .max_workers = 1,
+                           .factory = graph::make_factory<Synthetic>()});
+
+}  // namespace
+}  // namespace pipeline::stages

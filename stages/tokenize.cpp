@@ -1,0 +1,46 @@
+// tokenize: GPT-2 BPE over documents, any number of workers. Each document becomes one chunk
+// that starts with <|endoftext|>, GPT-2's document separator, so the token stream equals the one
+// in token shards written by `pipeline prepare --tokens`.
+#include "datasets/tokenizer.h"
+#include "graph/stage.h"
+#include "stages/types.h"
+
+namespace pipeline::stages {
+namespace {
+
+class Tokenize : public graph::Stage {
+ public:
+  explicit Tokenize(const graph::StageContext& ctx)
+      : tok_(datasets::Tokenizer::gpt2()), allow_special_(ctx.options.get_bool("allow_special")), scratch_(ctx.workers) {}
+
+  void process(graph::Item in, graph::Emitter& out) override {
+    const auto& doc = in.get<TextDocument>();
+    auto& ids = scratch_[out.worker()];  // per-worker buffer: no allocation per document in steady state
+    ids.clear();
+    ids.push_back(datasets::Tokenizer::eot_id);
+    if (allow_special_)
+      tok_.encode_append(doc.text, true, ids);
+    else
+      tok_.encode_ordinary_append(doc.text, ids);
+    TokenChunk c;
+    c.pos = doc.pos;
+    c.tokens.assign(ids.begin(), ids.end());  // ids < 50257 fit in uint16
+    out.emit(std::move(c));
+  }
+
+ private:
+  const datasets::Tokenizer& tok_;
+  bool allow_special_;
+  std::vector<std::vector<uint32_t>> scratch_;
+};
+
+PIPELINE_STAGE(tokenize, {.name = "tokenize",
+                          .doc = "GPT-2 BPE: one token chunk per document, <|endoftext|> first",
+                          .input = graph::port<TextDocument>("documents"),
+                          .output = graph::port<TokenChunk>("tokens"),
+                          .options = config::Schema().boolean(
+                              "allow_special", false, "turn the text <|endoftext|> inside documents into the special id"),
+                          .factory = graph::make_factory<Tokenize>()});
+
+}  // namespace
+}  // namespace pipeline::stages

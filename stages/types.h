@@ -1,0 +1,136 @@
+// The payloads that flow between the training stages, and the run-wide context every stage
+// of a training graph reads (resolved config, device, run directory, resume point).
+//
+//   read_shards ─TextDocument─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ pin ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
+//   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
+//
+// pin and h2d keep the Batch type, so a CPU graph may leave them out (pack ─▶ train).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "datasets/dataset_reader.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "stages/run_config.h"
+
+namespace pipeline::stages {
+
+/// Where the token stream continues: open the reader at `pos`, then drop the first `skip`
+/// tokens it yields (tokens of a document or chunk that an earlier batch already used).
+struct DataCursor {
+  datasets::DatasetPosition pos;
+  uint64_t skip = 0;
+  std::string to_json() const;
+  static DataCursor from_json(const std::string& text);  // throws std::runtime_error
+};
+
+/// One document read from a text shard; `pos` is the reader position before it.
+struct TextDocument {
+  std::string text;
+  datasets::DatasetPosition pos;
+};
+
+/// Tokens in stream order; `pos` is the reader position where they start. A chunk that begins
+/// a document starts with <|endoftext|> (50256), as GPT-2 separates documents.
+struct TokenChunk {
+  std::vector<uint16_t> tokens;
+  datasets::DatasetPosition pos;
+};
+
+/// Owner of one pinned host buffer of a fixed pool. Destroying the handle returns the buffer;
+/// the pool reuses it only after `copy_done` (recorded by h2d after its copy) has completed.
+class PinnedSlot;
+
+/// B windows of T+1 tokens as inputs x and targets y, (B, T) int64 each. On the host after
+/// pack; in pinned memory after pin; on the device after h2d, with `ready` the event the
+/// compute stream must wait on before reading x and y.
+struct Batch {
+  torch::Tensor x, y;                 // (B, T) int64
+  int64_t index = 0;                  // micro-batch number since the start of the run (0-based)
+  DataCursor after;                   // where the data continues after this batch
+  std::shared_ptr<PinnedSlot> slot;   // the pinned buffer x, y live in (pin), until the copy is done
+  std::shared_ptr<void> ready;        // CUDA event (at::cuda::CUDAEvent) of the host-to-device copy
+};
+
+/// Weights handed to eval: device copies of the parameters, taken on the training stream.
+struct EvalWeights {
+  int64_t step = 0;
+  model::NamedTensors weights;
+};
+
+/// The outcome of one optimizer step. On CUDA, loss and norm are pinned host tensors filled by
+/// a non-blocking copy; `done` (an at::cuda::CUDAEvent) completes when they hold the values.
+/// The train stage never waits for it: the log stage does, off the training thread.
+struct StepResult {
+  int64_t step = 0;        // optimizer steps completed (1-based)
+  int64_t tokens = 0;      // tokens trained on in this step
+  double lr = 0;
+  torch::Tensor loss, grad_norm;  // 0-dim fp32, host
+  std::shared_ptr<void> done;     // CUDA event, or null when loss/norm are ready
+  std::chrono::steady_clock::time_point issued;  // when train finished issuing the step
+  bool last = false;
+  std::shared_ptr<const EvalWeights> eval;                  // every eval.every steps
+  std::shared_ptr<const model::CheckpointState> checkpoint;  // every checkpoint.every steps and at the end
+  DataCursor cursor;                                         // where the data continues after this step
+};
+
+/// Blocks until a StepResult's device values are on the host (no-op on CPU).
+void wait_ready(const StepResult& r);
+/// Blocks until a Batch's host-to-device copy is done (used when a consumer is not on a stream).
+void wait_copy(const Batch& b);
+
+/// Serialized writes of progress lines and metrics from several stages.
+class RunLog {
+ public:
+  explicit RunLog(std::filesystem::path run_dir);
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
+  /// Prints a line on stdout (through the live view's hook when one is installed).
+  void print(const std::string& line);
+  /// Appends one JSON object line to metrics.jsonl.
+  void metric(const std::string& json);
+  void set_printer(std::function<void(const std::string&)> p);
+
+ private:
+  std::mutex mu_;
+  std::filesystem::path dir_;
+  std::FILE* metrics_ = nullptr;
+  std::function<void(const std::string&)> printer_;
+};
+
+/// Run-wide state shared by the stages of one training graph.
+struct RunContext {
+  RunConfig cfg;
+  model::GPTConfig model;
+  torch::Device device = torch::kCPU;
+  std::filesystem::path run_dir;
+  int64_t start_step = 0;            // steps already done (resume)
+  DataCursor start;                  // data position to resume from
+  std::filesystem::path resume_from; // checkpoint to load in train (empty: fresh weights)
+  std::shared_ptr<RunLog> log;
+  std::atomic<bool> input_done{false};   // train has all it needs: sources stop producing
+  std::atomic<int64_t> last_step{0};     // steps completed, for the final message
+  std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
+  std::mutex mu;
+};
+
+/// The context of the graph being built or run. `pipeline run` sets it before building the
+/// graph and clears it after; stage constructors read it.
+void set_run_context(std::shared_ptr<RunContext> ctx);
+std::shared_ptr<RunContext> run_context();
+/// Throws a clear error when a training stage is built outside a training run.
+RunContext& require_run_context(const std::string& stage_name);
+
+}  // namespace pipeline::stages

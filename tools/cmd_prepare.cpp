@@ -1,0 +1,140 @@
+// `pipeline prepare`: turns text files, directories and JSON Lines into train/val shards plus
+// manifest.json. Argument parsing only; the work is datasets::prepare_dataset.
+#include <cstdio>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "datasets/prepare.h"
+
+namespace {
+
+using pipeline::datasets::PrepareOptions;
+
+const char* kUsage = R"(usage: pipeline prepare INPUT... --out DIR [options]
+
+Turns text into a dataset that `pipeline run` reads: train and val shards (zstd, with content
+checksums) and DIR/manifest.json (shard names, sizes, document and token counts, sha256).
+The same inputs and options always produce byte-identical output.
+
+INPUT is a text file, a directory (walked recursively in sorted order; names starting with
+'.' are skipped and counted), or a JSON Lines file (.jsonl/.ndjson) whose lines are objects
+with a "text" string, one document per line.
+
+options:
+  --out DIR            output directory (created; must be empty unless --force)
+  --tokens             write GPT-2 token shards (uint16 ids, EOT 50256 before every document)
+                       instead of text shards, so training skips tokenization
+  --split RULE         how plain text files become documents (default blank-lines):
+                         blank-lines  runs of non-blank lines, separated by blank lines
+                         lines        one document per non-blank line
+                         file         one document per file
+  --val-fraction F     share of documents put in the val split, 0 <= F < 1 (default 0.1);
+                       each document is assigned by a hash of (seed, its index)
+  --seed N             seed of the train/val assignment (default 1337)
+  --shard-size SIZE    close a shard once it holds SIZE uncompressed bytes (default 128M;
+                       suffixes K, M, G are powers of 1024)
+  --level N            zstd compression level, 1..19 (default 3)
+  --threads N          tokenizing threads with --tokens (default: all cores)
+  --force              replace a dataset already in DIR
+  --quiet              no progress or summary on stderr
+
+example:
+  pipeline prepare ../shared/data/tinyshakespeare.txt --out data/shakespeare --tokens
+)";
+
+std::string need_value(const std::vector<std::string>& args, size_t& i) {
+  if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value (see pipeline prepare --help)");
+  return args[++i];
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || x < lo || x > hi)
+    throw std::invalid_argument(flag + " " + v + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+  return x;
+}
+
+int prepare_main(const std::vector<std::string>& args) {
+  PrepareOptions o;
+  std::vector<std::filesystem::path> inputs;
+  bool quiet = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--out") {
+      o.out_dir = need_value(args, i);
+    } else if (a == "--tokens") {
+      o.tokens = true;
+    } else if (a == "--split") {
+      o.rule = pipeline::datasets::parse_document_rule(need_value(args, i));
+    } else if (a == "--val-fraction") {
+      std::string v = need_value(args, i);
+      size_t used = 0;
+      try {
+        o.val_fraction = std::stod(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || !(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
+        throw std::invalid_argument("--val-fraction " + v + ": expected a number in [0, 1)");
+    } else if (a == "--seed") {
+      std::string v = need_value(args, i);
+      size_t used = 0;
+      try {
+        o.seed = std::stoull(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != v.size() || v.empty() || v[0] == '-')
+        throw std::invalid_argument("--seed " + v + ": expected a non-negative integer");
+    } else if (a == "--shard-size") {
+      o.shard_size = pipeline::datasets::parse_byte_size(need_value(args, i));
+    } else if (a == "--level") {
+      o.level = static_cast<int>(parse_int(a, need_value(args, i), 1, 19));
+    } else if (a == "--threads") {
+      o.threads = static_cast<int>(parse_int(a, need_value(args, i), 1, 1024));
+    } else if (a == "--force") {
+      o.overwrite = true;
+    } else if (a == "--quiet" || a == "-q") {
+      quiet = true;
+    } else if (a.starts_with("-") && a != "-") {
+      throw std::invalid_argument("unknown option " + a + " (see pipeline prepare --help)");
+    } else {
+      inputs.emplace_back(a);
+    }
+  }
+  if (inputs.empty()) throw std::invalid_argument("no INPUT given (see pipeline prepare --help)");
+  if (o.out_dir.empty()) throw std::invalid_argument("--out DIR is required (see pipeline prepare --help)");
+  o.progress = !quiet;
+  auto r = pipeline::datasets::prepare_dataset(inputs, o);
+  if (!quiet) {
+    const auto& m = r.manifest;
+    const char* unit = o.tokens ? "tokens" : "text bytes";
+    std::fprintf(stderr, "prepare: %llu files, %.1f MB in %.2f s -> %s\n", (unsigned long long)r.input_files,
+                 r.input_bytes / 1e6, r.seconds, o.out_dir.c_str());
+    for (const auto& [split, shards] : m.splits) {
+      uint64_t bytes = 0;
+      for (const auto& s : shards) bytes += s.bytes;
+      std::fprintf(stderr, "  %-5s %zu shards, %llu documents, %llu %s, %.1f KB on disk\n", split.c_str(),
+                   shards.size(), (unsigned long long)m.documents(split), (unsigned long long)m.items(split), unit,
+                   bytes / 1e3);
+    }
+    if (r.hidden_files_skipped)
+      std::fprintf(stderr, "  skipped %llu hidden files or directories (names starting with '.')\n",
+                   (unsigned long long)r.hidden_files_skipped);
+  }
+  return 0;
+}
+
+}  // namespace
+
+PIPELINE_COMMAND({"prepare", "turn text files / JSON Lines into train and val shards", kUsage, &prepare_main});

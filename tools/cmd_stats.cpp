@@ -1,0 +1,49 @@
+// `pipeline stats RUN_DIR`: the summary table and bottleneck verdict of a finished or running
+// run (from its stats files), plus an occupancy-over-time chart written as SVG.
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+#include "graph/stats.h"
+
+namespace {
+
+int stats_main(const std::vector<std::string>& args) {
+  std::string dir, svg;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--svg" && i + 1 < args.size())
+      svg = args[++i];
+    else if (dir.empty() && args[i].rfind("--", 0) != 0)
+      dir = args[i];
+    else {
+      std::cerr << "pipeline stats: unexpected argument " << args[i] << "\n";
+      return 2;
+    }
+  }
+  if (dir.empty()) {
+    std::cerr << "usage: pipeline stats RUN_DIR [--svg FILE]\n";
+    return 2;
+  }
+  namespace graph = pipeline::graph;
+  graph::Snapshot s = graph::load_run_snapshot(dir);
+  graph::print_summary(std::cout, s, graph::analyze(s));
+  auto series = graph::load_run_series(dir);
+  if (!series.empty()) {
+    if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
+    std::ofstream(svg, std::ios::trunc) << graph::occupancy_svg(series);
+    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples)\n";
+  }
+  return 0;
+}
+
+PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a run directory",
+                  "usage: pipeline stats RUN_DIR [--svg FILE]\n"
+                  "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
+                  "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
+                  "and writes the queue occupancy over time to RUN_DIR/occupancy.svg (or FILE).",
+                  &stats_main});
+
+}  // namespace

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Sets up everything `pipeline` needs on a Debian/Ubuntu machine, builds it, and (unless
+# --no-run) runs the quick-start training job on the bundled tiny-shakespeare data.
+# Idempotent: a second run installs nothing, downloads nothing and rebuilds incrementally.
+#
+#   tools/setup.sh            set up, build, run pipelines/quickstart.toml
+#   tools/setup.sh --no-run   set up and build only (tools/test.sh uses this)
+#
+# Environment: PIPELINE_CACHE (default ~/.cache/pipeline) holds the pinned LibTorch;
+# Torch_DIR points at an existing LibTorch instead; PIPELINE_BUILD_DIR (default build);
+# PIPELINE_WERROR=1 turns warnings into errors (CI).
+set -euo pipefail
+
+TORCH_VERSION=2.11.0
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+CACHE=${PIPELINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pipeline}
+BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build}
+RUN=1
+for a in "$@"; do
+  case $a in
+    --no-run) RUN=0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option $a (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# 1. Debian packages (only the missing ones; apt is not touched when all are present).
+PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
+          libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  say "installing Debian packages: ${missing[*]}"
+  SUDO=""; [[ $(id -u) -eq 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+# 2. LibTorch from PyPI's torch wheel, pinned, in a cache outside the checkout so every clone
+#    reuses it. The wheel carries headers, libraries and TorchConfig.cmake.
+if [[ -z ${Torch_DIR:-} ]]; then
+  VENV=$CACHE/torch-$TORCH_VERSION
+  PY=$VENV/bin/python
+  if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
+    say "installing torch==$TORCH_VERSION into $VENV (once; about 4 GB with its CUDA libraries)"
+    mkdir -p "$CACHE"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$PY" -m pip install -q --no-cache-dir --upgrade pip >&2
+    "$PY" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION" numpy >&2
+  fi
+  Torch_DIR=$("$PY" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'share/cmake/Torch'))")
+  TORCH_PY=$PY
+else
+  TORCH_PY=$(command -v python3)
+fi
+
+# 3. Configure once, then build incrementally. ccache makes rebuilds of fresh clones cheap;
+#    the sloppiness settings let it cache translation units that use precompiled headers.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+WERROR=OFF; [[ ${PIPELINE_WERROR:-0} == 1 ]] && WERROR=ON
+if [[ ! -f $BUILD/build.ninja ]] || ! grep -q "PIPELINE_WERROR:BOOL=$WERROR" "$BUILD/CMakeCache.txt" 2>/dev/null; then
+  say "configuring $BUILD"
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$Torch_DIR" \
+        -DPIPELINE_TORCH_PYTHON="$TORCH_PY" -DPIPELINE_WERROR=$WERROR >/dev/null
+fi
+say "building ($(nproc) jobs)"
+cmake --build "$BUILD" -j"$(nproc)"
+
+# 4. The main job on the bundled data.
+if ((RUN)); then
+  say "running: pipeline run quickstart.toml"
+  cd "$ROOT"
+  exec "$BUILD/tools/pipeline" run quickstart.toml
+fi
