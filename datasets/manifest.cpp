@@ -87,8 +87,9 @@ uint64_t Manifest::items(const std::string& split) const {
 
 std::string Manifest::to_json() const {
   std::ostringstream o;
-  char fraction[32];
-  std::snprintf(fraction, sizeof fraction, "%.17g", val_fraction);
+  char fraction[32];  // shortest text that reads back as the same double
+  auto fraction_end = std::to_chars(fraction, fraction + sizeof fraction, val_fraction).ptr;
+  *fraction_end = '\0';
   o << "{\n"
     << "  \"format\": \"pipeline-dataset\",\n"
     << "  \"version\": " << version << ",\n"

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <iomanip>
@@ -507,6 +508,59 @@ void print_table(std::ostream& os, const std::vector<Section>& sections) {
     }
   }
   rule();
+}
+
+namespace {
+
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string toml_value(const Value& v) {
+  if (auto p = std::get_if<std::string>(&v)) return toml_string(*p);
+  if (auto p = std::get_if<std::vector<std::string>>(&v)) {
+    std::string out = "[";
+    for (size_t i = 0; i < p->size(); ++i) out += (i ? ", " : "") + toml_string((*p)[i]);
+    return out + "]";
+  }
+  if (auto p = std::get_if<double>(&v)) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", *p);
+    std::string s = buf;
+    if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a float when read back
+    return s;
+  }
+  return value_to_string(v);
+}
+
+}  // namespace
+
+std::string to_toml(const std::vector<Section>& sections) {
+  std::string out;
+  for (const auto& s : sections) {
+    out += "[" + s.name() + "]\n";
+    for (const auto& k : s.order()) out += k + " = " + toml_value(s.values().at(k).first) + "\n";
+    out += "\n";
+  }
+  return out;
 }
 
 std::filesystem::path find_config(const std::string& name, const std::filesystem::path& source_dir) {

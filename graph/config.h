@@ -140,6 +140,10 @@ class Document {
 /// Prints sections as one aligned table, llm.c style: section, key, value, origin.
 void print_table(std::ostream& os, const std::vector<Section>& sections);
 
+/// Writes sections back as TOML that Document::load reads to the same values (the resolved
+/// config saved in a run directory).
+std::string to_toml(const std::vector<Section>& sections);
+
 /// Resolves a config argument: an existing path as given, else `pipelines/NAME` under the
 /// search roots (current directory, then the source tree's `pipelines/`).
 std::filesystem::path find_config(const std::string& name, const std::filesystem::path& source_dir);

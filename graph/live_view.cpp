@@ -49,7 +49,7 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
       }
       os << ";";
     }
-    if (!v.stage.empty()) os << " bottleneck: " << v.stage;
+    os << " bottleneck: " << (v.stage.empty() ? "none (" + v.kind + "-limited)" : v.stage);
     os << "\n";
     return os.str();
   }

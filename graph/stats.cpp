@@ -242,7 +242,7 @@ void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v) {
     os << buf;
   }
   os << "\nbottleneck: " << v.text << "\n";
-  if (!v.suggestion.empty()) os << "try: " << v.suggestion << "\n";
+  if (!v.suggestion.empty()) os << "suggestion: " << v.suggestion << "\n";
   for (const auto& n : v.notes) os << "note: " << n << "\n";
 }
 

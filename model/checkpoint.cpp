@@ -9,11 +9,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <mutex>
 #include <stdexcept>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace pipeline::model {
@@ -349,14 +349,14 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
     w.raw(&header, sizeof header);
     w.sync_and_close();
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    throw std::runtime_error("checkpoint '" + path + "': cannot rename " + tmp + ": " + ec.message());
+  // POSIX rather than std::filesystem: the torch wheel's libtorch.so exports its own (older)
+  // std::filesystem functions, which can take precedence over libstdc++'s at run time.
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    throw std::runtime_error("checkpoint '" + path + "': cannot rename " + tmp + ": " + std::strerror(errno));
   }
   // Make the rename itself durable.
-  auto dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     (void)::fsync(fd);
@@ -365,9 +365,11 @@ void write_checkpoint(const std::string& path, const CheckpointState& state) {
 }
 
 CheckpointState read_checkpoint(const std::string& path) {
-  std::error_code ec;
-  const auto file_size = std::filesystem::file_size(path, ec);
-  if (ec) throw std::runtime_error("checkpoint '" + path + "': " + ec.message());
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    throw std::runtime_error("checkpoint '" + path + "': " + std::strerror(errno));
+  }
+  const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kHeaderBytes) {
     throw std::runtime_error("checkpoint '" + path + "': file is " + std::to_string(file_size) +
                              " bytes, shorter than the " + std::to_string(kHeaderBytes) +

@@ -273,13 +273,18 @@ TEST_CASE("an own-thread stage runs initialize, process and finalize on one dedi
 
 TEST_CASE("three stages overlap: time per item is about max(a, b, c), not a + b + c") {
   const int n = 60;
-  Engine e(chain(n, {4.0, 8.0, 4.0}, 1, 4), {.stats = false});
+  Engine e(chain(n, {4.0, 8.0, 4.0}, 1, 4));
   auto t0 = std::chrono::steady_clock::now();
   with_timeout([&] { e.run(); });
-  double per_item_ms = 1000 * seconds_since(t0) / n;
-  MESSAGE("overlap: " << per_item_ms << " ms/item (max 8, sum 16)");
-  CHECK(per_item_ms >= 7.5);   // cannot beat the slowest stage
-  CHECK(per_item_ms < 13.0);   // sum would be 16: generous for a loaded machine
+  double wall = seconds_since(t0);
+  double per_item_ms = 1000 * wall / n;
+  Snapshot s = e.snapshot();
+  double busy = s.stage("s1")->busy_s + s.stage("s2")->busy_s + s.stage("s3")->busy_s;
+  MESSAGE("overlap: " << per_item_ms << " ms/item (max 8, sum 16); stages busy " << busy / wall << "x the wall time");
+  CHECK(per_item_ms >= 7.5);  // cannot beat the slowest stage
+  // The property itself, robust to a loaded machine (where every sleep oversleeps): the three
+  // stages were busy at the same time. Serial execution gives at most 1x; ideal overlap 2x.
+  CHECK(busy / wall > 1.4);
 }
 
 TEST_CASE("the verdict names the slow stage, and moves when it gets more workers") {

@@ -29,7 +29,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void use_two_threads() { at::set_num_threads(2); }
+// One intra-op thread: the models here are tiny, so OpenMP barriers cost more than they save,
+// all the more on a shared 2-core machine.
+void use_one_thread() { at::set_num_threads(1); }
 
 // max|a - b| / max|b|: relative to the tensor's scale, so near-zero elements do not blow it up.
 double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
@@ -53,6 +55,15 @@ fs::path temp_dir() {
   auto dir = fs::temp_directory_path() / ("pipeline_test_model_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   return dir;
+}
+
+// Not fs::remove_all: the torch wheel's libtorch.so exports an older std::filesystem that the
+// dynamic linker may pick, and its remove_all crashes; plain unlink/rmdir are safe.
+void remove_tree(const fs::path& dir) {
+  std::vector<std::string> files;
+  for (const auto& entry : fs::directory_iterator(dir)) files.push_back(entry.path().string());
+  for (const auto& f : files) ::unlink(f.c_str());
+  ::rmdir(dir.c_str());
 }
 
 // One training step in fp32 on (x, y); returns the loss before the step.
@@ -161,13 +172,16 @@ TEST_CASE("config errors name the values") {
 }
 
 TEST_CASE("forward shapes, initial loss, tied head") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny();
   m::GPT model(cfg, 1);
   auto x = torch::randint(cfg.vocab_size, {3, 17}, torch::kLong);
   auto logits = model(x);
   CHECK(logits.sizes() == torch::IntArrayRef({3, 17, 50304}));
-  auto loss = model->loss(logits, x);
+  // Targets independent of the inputs: with a tied head, predicting the input token itself
+  // is favoured at init, so loss(logits, x) would sit well below ln(V).
+  auto y = torch::randint(cfg.vocab_size, {3, 17}, torch::kLong);
+  auto loss = model->loss(logits, y);
   CHECK(loss.dim() == 0);
   CHECK(std::abs(loss.item<double>() - std::log(50257.0)) < 0.1);
   // The head is wte itself.
@@ -178,7 +192,7 @@ TEST_CASE("forward shapes, initial loss, tied head") {
 }
 
 TEST_CASE("causality: a later token does not change earlier logits") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny(256);
   m::GPT model(cfg, 2);
   model->eval();
@@ -194,7 +208,7 @@ TEST_CASE("causality: a later token does not change earlier logits") {
 }
 
 TEST_CASE("bf16 autocast forward is close to fp32, and the guard restores state") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny(512);
   m::GPT model(cfg, 3);
   torch::NoGradGuard no_grad;
@@ -215,7 +229,7 @@ TEST_CASE("bf16 autocast forward is close to fp32, and the guard restores state"
 }
 
 TEST_CASE("same seed gives bitwise identical weights and losses") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny(256);
   auto run = [&](uint64_t seed) {
     m::GPT model(cfg, seed);
@@ -253,25 +267,26 @@ TEST_CASE("GPT-2 initialisation statistics") {
 }
 
 TEST_CASE("overfitting one batch of tiny drives the loss below 0.1") {
-  use_two_threads();
-  auto cfg = tiny();
+  use_one_thread();
+  auto cfg = tiny();  // the preset as is, GPT-2 vocabulary
   m::GPT model(cfg, 11);
   m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 3e-3, .weight_decay = 0.0});
   auto gen = at::detail::createCPUGenerator(3);
   auto x = torch::randint(cfg.vocab_size, {2, 16}, gen, torch::kLong);
   auto y = torch::randint(cfg.vocab_size, {2, 16}, gen, torch::kLong);
   float first = 0, last = 0;
-  for (int i = 0; i < 300 && !(i > 0 && last < 0.05f); ++i) {
+  int steps = 0;
+  for (; steps < 400 && !(steps > 0 && last < 0.05f); ++steps) {
     last = train_step(model, opt, x, y);
-    if (i == 0) first = last;
+    if (steps == 0) first = last;
   }
-  MESSAGE("overfit: " << first << " -> " << last);
-  CHECK(first > 10.0f);
+  MESSAGE("overfit: " << first << " -> " << last << " in " << steps << " steps");
+  CHECK(std::abs(first - std::log(50257.0)) < 0.1);
   CHECK(last < 0.1f);
 }
 
 TEST_CASE("AdamW: decay groups, fused equals plain, state round trip") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny(128);
   m::GPT model(cfg, 4);
   m::AdamW opt(model->named_parameters());
@@ -285,18 +300,21 @@ TEST_CASE("AdamW: decay groups, fused equals plain, state round trip") {
   CHECK(static_cast<int64_t>(decay.size()) == 2 + 4 * cfg.n_layer);
   CHECK(decay.size() + no_decay.size() == model->parameters().size());
 
-  // The fused CPU kernel and the plain tensor-op version agree step by step.
+  // The fused CPU kernel and the plain tensor-op version agree: exactly enough after one step,
+  // and in the losses after that (AdamW amplifies rounding noise in gradients that are zero in
+  // exact arithmetic, such as the key bias's, so weights are not compared after many steps).
   m::GPT a(cfg, 4), b(cfg, 4);
   m::AdamW fa(a->named_parameters(), m::AdamWOptions{.lr = 1e-2, .fused = true});
   m::AdamW fb(b->named_parameters(), m::AdamWOptions{.lr = 1e-2, .fused = false});
   auto x = torch::randint(cfg.vocab_size, {2, 16}, torch::kLong);
-  for (int i = 0; i < 4; ++i) {
+  CHECK(train_step(a, fa, x, x) == train_step(b, fb, x, x));
+  auto pa = a->parameters(), pb = b->parameters();
+  for (size_t i = 0; i < pa.size(); ++i) CHECK(rel_err(pa[i], pb[i]) < 1e-6);
+  for (int i = 1; i < 4; ++i) {
     fa.set_lr(1e-2 / (i + 1));
     fb.set_lr(1e-2 / (i + 1));
     CHECK(train_step(a, fa, x, x) == doctest::Approx(train_step(b, fb, x, x)).epsilon(1e-5));
   }
-  auto pa = a->parameters(), pb = b->parameters();
-  for (size_t i = 0; i < pa.size(); ++i) CHECK(rel_err(pa[i], pb[i]) < 1e-5);
 
   // State out and back in reproduces the next step exactly.
   m::GPT c(cfg, 4);
@@ -348,7 +366,7 @@ TEST_CASE("warmup + cosine schedule") {
 }
 
 TEST_CASE("checkpoint round trip and corrupt files") {
-  use_two_threads();
+  use_one_thread();
   CHECK(m::crc32("123456789", 9) == 0xCBF43926u);
   CHECK(m::crc32("56789", 5, m::crc32("1234", 4)) == 0xCBF43926u);
 
@@ -434,11 +452,11 @@ TEST_CASE("checkpoint round trip and corrupt files") {
   m::GPT wider(tiny(256), 1);
   err = error_of([&] { m::restore(loaded, wider, nullptr); });
   CHECK(err.find("wte.weight") != std::string::npos);
-  fs::remove_all(dir);
+  remove_tree(dir);
 }
 
 TEST_CASE("sampling") {
-  use_two_threads();
+  use_one_thread();
   auto cfg = tiny(100);
   m::GPT model(cfg, 8);
   std::vector<int64_t> prompt{1, 2, 3};
@@ -456,7 +474,7 @@ TEST_CASE("sampling") {
 }
 
 TEST_CASE("parity with the PyTorch reference (tools/gpt2_reference.py)") {
-  use_two_threads();
+  use_one_thread();
   const auto ref = read_reference(fs::path(PIPELINE_SOURCE_DIR) / "tests/data/gpt2_tiny_reference.bin");
   const auto c = ref.at("config");
   auto cfg = m::GPTConfig::preset("tiny").with_vocab(c[4].item<int64_t>());

@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
 #include "datasets/json_lite.h"
 #include "datasets/manifest.h"
@@ -639,9 +640,14 @@ TEST_CASE("the bundled tiny-shakespeare dataset opens and verifies") {
   uint64_t bytes = 0;
   for (const auto* s : {&train, &val})
     for (const auto& d : *s) bytes += d.size();
-  // Blank lines separate the documents and are dropped: 1,115,394 bytes less one "\n" each.
+  // Blank lines separate the documents and are dropped; every other byte is kept.
   std::string original = read_file(fs::path(PIPELINE_SHARED_DATA_DIR) / "tinyshakespeare.txt");
-  CHECK(bytes + train.size() + val.size() - 1 == original.size());
+  std::istringstream lines(original);
+  uint64_t blank_bytes = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find_first_not_of(" \t\r") == std::string::npos) blank_bytes += line.size() + 1;
+  CHECK(bytes + blank_bytes == original.size());
+  CHECK(train.size() + val.size() == 7222);
   CHECK((train.front().starts_with("First Citizen:\n") || val.front().starts_with("First Citizen:\n")));
 
   auto val_ids = read_all_tokens(kBundled / "tokens", "val");
@@ -653,4 +659,46 @@ TEST_CASE("the bundled tiny-shakespeare dataset opens and verifies") {
   for (const auto& d : val) joined += "<|endoftext|>" + d;
   CHECK(Tokenizer::gpt2().decode(ids32) == joined);
   CHECK(std::count(train_ids.begin(), train_ids.end(), 50256) == static_cast<long>(train.size()));
+}
+
+TEST_CASE("weighted mix is deterministic, follows the weights and resumes exactly") {
+  TempDir tmp;
+  write_blank_line_corpus(tmp / "a.txt", 50, 8);
+  write_blank_line_corpus(tmp / "b.txt", 30, 9);
+  for (const char* name : {"a", "b"}) {
+    PrepareOptions o = quiet_options(tmp / (std::string(name) + "_ds"));
+    o.val_fraction = 0.0;
+    o.shard_size = 1500;
+    prepare_dataset({tmp / (std::string(name) + ".txt")}, o);
+  }
+  std::vector<MixSource> sources = {{tmp / "a_ds", 3.0}, {tmp / "b_ds", 1.0}};
+  MixedTextReader all;
+  all.open(sources, "train", 42);
+  std::vector<std::pair<size_t, std::string>> reference;
+  size_t from_a = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::string d;
+    size_t s = 0;
+    all.next(d, &s);
+    from_a += s == 0;
+    reference.emplace_back(s, d);
+  }
+  CHECK(from_a > 1350);  // expected 1500 of 2000
+  CHECK(from_a < 1650);
+  for (size_t k : {0, 1, 77, 999}) {
+    MixedTextReader first;
+    first.open(sources, "train", 42);
+    std::string d;
+    for (size_t i = 0; i < k; ++i) first.next(d);
+    MixedTextReader resumed;
+    resumed.open(sources, "train", 42, first.position());
+    for (size_t i = k; i < k + 300; ++i) {
+      size_t s = 0;
+      resumed.next(d, &s);
+      REQUIRE(s == reference[i].first);
+      REQUIRE(d == reference[i].second);
+    }
+  }
+  CHECK(error_of([&] { MixedTextReader m; m.open({{tmp / "a_ds", 0.0}}, "train", 1); }).find("must be a positive") !=
+        std::string::npos);
 }

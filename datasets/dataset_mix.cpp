@@ -1,0 +1,62 @@
+// Deterministic weighted interleave of text datasets (see dataset_mix.h).
+#include "datasets/dataset_mix.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace pipeline::datasets {
+namespace {
+
+uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+}  // namespace
+
+void MixedTextReader::open(const std::vector<MixSource>& sources, const std::string& split, uint64_t seed,
+                           const MixPosition& start, DatasetReaderOptions options) {
+  if (sources.empty()) throw DatasetError("dataset mix: no sources given");
+  if (!start.sources.empty() && start.sources.size() != sources.size())
+    throw DatasetError("dataset mix: the start position has " + std::to_string(start.sources.size()) +
+                       " source positions but the mix has " + std::to_string(sources.size()) + " sources");
+  double total = 0;
+  for (const auto& s : sources) {
+    if (!(s.weight > 0) || !std::isfinite(s.weight))
+      throw DatasetError("dataset mix: " + s.dir.string() + ": weight " + std::to_string(s.weight) +
+                         " must be a positive number");
+    total += s.weight;
+  }
+  readers_ = std::vector<TextDatasetReader>(sources.size());
+  cumulative_.clear();
+  double acc = 0;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    acc += sources[i].weight / total;
+    cumulative_.push_back(acc);
+    readers_[i].open(sources[i].dir, split, start.sources.empty() ? DatasetPosition{} : start.sources[i],
+                     /*loop=*/true, options);
+  }
+  cumulative_.back() = 1.0;  // rounding must not leave a gap at the top
+  seed_ = seed;
+  draws_ = start.draws;
+}
+
+void MixedTextReader::next(std::string& document, size_t* source) {
+  double u = static_cast<double>(mix64(seed_ ^ mix64(draws_)) >> 11) * 0x1.0p-53;  // [0, 1)
+  size_t i = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+  i = std::min(i, readers_.size() - 1);
+  if (!readers_[i].next(document)) throw DatasetError("dataset mix: source " + std::to_string(i) + " ran dry");
+  ++draws_;
+  if (source) *source = i;
+}
+
+MixPosition MixedTextReader::position() const {
+  MixPosition p;
+  p.draws = draws_;
+  for (const auto& r : readers_) p.sources.push_back(r.position());
+  return p;
+}
+
+}  // namespace pipeline::datasets

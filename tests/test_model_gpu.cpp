@@ -1,0 +1,195 @@
+// model/ on CUDA: fused AdamW against the CPU, bf16 autocast, clipping and the optimizer step
+// without host syncs, a bf16 train step of tiny, and a non-blocking checkpoint snapshot.
+// Exits 77 (CTest: skipped) where CUDA is absent.
+#include "model/autocast.h"
+#include "model/checkpoint.h"
+#include "model/gpt2.h"
+#include "model/optim.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#if defined(PIPELINE_HAVE_CUDA) && __has_include(<cuda_runtime_api.h>)
+#include <c10/cuda/CUDAFunctions.h>
+#define PIPELINE_HAVE_SYNC_DEBUG 1
+#endif
+
+// After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
+#include <doctest/doctest.h>
+
+namespace m = pipeline::model;
+
+namespace {
+
+// Decided before main so that no test (whatever doctest filter is given) touches CUDA without it.
+const bool kCudaPresent = [] {
+  if (!torch::cuda::is_available()) {
+    std::fprintf(stderr, "test_model_gpu: no CUDA device, skipped\n");
+    std::exit(77);
+  }
+  return true;
+}();
+
+const torch::Device kCuda(torch::kCUDA, 0);
+
+double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
+  auto af = a.to(torch::kCPU, torch::kDouble), bf = b.to(torch::kCPU, torch::kDouble);
+  const double denom = bf.abs().max().item<double>();
+  return (af - bf).abs().max().item<double>() / (denom > 0 ? denom : 1.0);
+}
+
+m::GPTConfig tiny(int64_t vocab = 50257) { return m::GPTConfig::preset("tiny").with_vocab(vocab); }
+
+// Raises on any host sync inside its scope (torch.cuda.set_sync_debug_mode("error")).
+struct NoSyncScope {
+#ifdef PIPELINE_HAVE_SYNC_DEBUG
+  NoSyncScope() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR); }
+  ~NoSyncScope() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
+#endif
+};
+
+}  // namespace
+
+TEST_CASE("fused AdamW on CUDA follows the CPU steps") {
+  REQUIRE(kCudaPresent);
+  auto cfg = tiny(128);
+  m::GPT cpu(cfg, 3), gpu(cfg, 3);
+  gpu->to(kCuda);
+  m::AdamW cpu_opt(cpu->named_parameters(), m::AdamWOptions{.lr = 1e-3});
+  m::AdamW gpu_opt(gpu->named_parameters(), m::AdamWOptions{.lr = 1e-3});
+  auto x = torch::randint(cfg.vocab_size, {4, 32}, torch::kLong);
+  auto y = torch::randint(cfg.vocab_size, {4, 32}, torch::kLong);
+  auto xg = x.to(kCuda), yg = y.to(kCuda);
+  for (int i = 0; i < 5; ++i) {
+    CAPTURE(i);
+    cpu_opt.zero_grad();
+    gpu_opt.zero_grad();
+    auto lc = cpu->loss(cpu(x), y);
+    auto lg = gpu->loss(gpu(xg), yg);
+    lc.backward();
+    lg.backward();
+    auto nc = m::clip_grad_norm(cpu->parameters(), 1.0);
+    auto ng = m::clip_grad_norm(gpu->parameters(), 1.0);
+    CHECK(ng.is_cuda());
+    CHECK(rel_err(ng, nc) < 1e-4);
+    CHECK(std::abs(lg.item<double>() - lc.item<double>()) < 1e-4);
+    cpu_opt.set_lr(1e-3 / (i + 1));
+    gpu_opt.set_lr(1e-3 / (i + 1));
+    cpu_opt.step();
+    gpu_opt.step();
+    if (i == 0) {
+      auto pc = cpu->named_parameters();
+      for (const auto& item : gpu->named_parameters()) {
+        CAPTURE(item.key());
+        CHECK(rel_err(item.value(), pc[item.key()]) < 1e-4);
+      }
+    }
+  }
+}
+
+TEST_CASE("bf16 autocast forward on CUDA") {
+  auto cfg = tiny(512);
+  m::GPT model(cfg, 4);
+  model->to(kCuda);
+  torch::NoGradGuard no_grad;
+  auto x = torch::randint(cfg.vocab_size, {4, 64}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  auto ref = model(x);
+  torch::Tensor low;
+  {
+    m::AutocastGuard autocast(torch::kCUDA);
+    CHECK((at::autocast::get_autocast_dtype(torch::kCUDA) == torch::kBFloat16));
+    low = model(x);
+  }
+  CHECK_FALSE(at::autocast::is_autocast_enabled(torch::kCUDA));
+  CHECK((low.scalar_type() == torch::kBFloat16));
+  CHECK(rel_err(low, ref) < 2e-2);
+}
+
+TEST_CASE("clip, set_lr and the optimizer step make no host sync") {
+  auto cfg = tiny(256);
+  m::GPT model(cfg, 5);
+  model->to(kCuda);
+  auto x = torch::randint(cfg.vocab_size, {2, 32}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  for (const bool fused : {true, false}) {
+    CAPTURE(fused);
+    m::AdamW o(model->named_parameters(), m::AdamWOptions{.fused = fused});
+    o.zero_grad();
+    model->loss(model(x), x).backward();
+    torch::Tensor norm;
+    {
+      NoSyncScope no_sync;
+      norm = m::clip_grad_norm(model->parameters(), 0.5);
+      o.set_lr(2e-4);
+      o.step();
+    }
+    CHECK(norm.is_cuda());
+    CHECK(norm.item<double>() > 0.0);
+    // After clipping the global norm is at most 0.5.
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad());
+    auto after = torch::linalg_vector_norm(torch::stack(at::_foreach_norm(grads)), 2);
+    CHECK(after.item<double>() <= 0.5 + 1e-4);
+  }
+}
+
+TEST_CASE("a bf16 train step of tiny on CUDA learns") {
+  auto cfg = tiny();
+  m::GPT model(cfg, 6);
+  model->to(kCuda);
+  m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 3e-3, .weight_decay = 0.0});
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(kCuda);
+  auto x = torch::randint(cfg.vocab_size, {4, 64}, opts);
+  auto y = torch::randint(cfg.vocab_size, {4, 64}, opts);
+  std::vector<torch::Tensor> losses;  // kept on the device: read once at the end
+  for (int i = 0; i < 30; ++i) {
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      m::AutocastGuard autocast(torch::kCUDA);
+      loss = model->loss(model(x), y);
+    }
+    loss.backward();  // outside autocast
+    m::clip_grad_norm(model->parameters(), 1.0);
+    opt.step();
+    losses.push_back(loss.detach());
+  }
+  auto l = torch::stack(losses).to(torch::kCPU);
+  MESSAGE("cuda bf16 loss " << l[0].item<float>() << " -> " << l[-1].item<float>());
+  CHECK(std::abs(l[0].item<double>() - std::log(50257.0)) < 0.1);
+  CHECK(l[-1].item<double>() < l[0].item<double>() - 1.0);
+  CHECK((model->wte->weight.scalar_type() == torch::kFloat));  // master weights stay fp32
+}
+
+TEST_CASE("non-blocking checkpoint snapshot from CUDA") {
+  auto cfg = tiny(128);
+  m::GPT model(cfg, 7);
+  model->to(kCuda);
+  m::AdamW opt(model->named_parameters());
+  auto x = torch::randint(cfg.vocab_size, {2, 16}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  auto step = [&] {
+    opt.zero_grad();
+    model->loss(model(x), x).backward();
+    opt.step();
+  };
+  step();
+  std::vector<torch::Tensor> expected;
+  for (const auto& p : model->parameters()) expected.push_back(p.detach().to(torch::kCPU));
+  auto snap = m::snapshot(model, &opt, 1, "{}", /*non_blocking=*/true);
+  CHECK(snap.ready != nullptr);
+  CHECK(snap.model.front().second.is_pinned());
+  step();  // enqueued after the copies: must not leak into the snapshot
+  const std::string path = "/tmp/pipeline_test_model_gpu_" + std::to_string(::getpid()) + ".ckpt";
+  m::write_checkpoint(path, snap);  // waits for the copies itself
+  auto loaded = m::read_checkpoint(path);
+  CHECK(loaded.rng_cuda.size() == static_cast<size_t>(torch::cuda::device_count()));
+  m::GPT back(cfg, 0);
+  back->to(kCuda);
+  m::AdamW back_opt(back->named_parameters());
+  m::restore(loaded, back, &back_opt);
+  auto params = back->parameters();
+  for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i].to(torch::kCPU), expected[i]));
+  ::unlink(path.c_str());
+}

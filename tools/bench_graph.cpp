@@ -1,0 +1,140 @@
+// Engine benchmarks (graph/): run and report, not timed tests.
+//   overlap:  three stages costing a, b, c ms per item (one worker each) should take about
+//             max(a, b, c) per item in steady state, not a + b + c.
+//   overhead: items/s through a chain of trivial stages, with stats off, on, and on + trace;
+//             the stats cost should be under 2% of throughput.
+// usage: bench_graph [overlap|overhead|all] [--items N] [--repeats R] [--stages K]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graph/engine.h"
+
+using namespace pipeline;
+using namespace pipeline::graph;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Records the arrival time of every item, so steady state can be measured without start-up.
+std::vector<Clock::time_point>& arrivals() {
+  static std::vector<Clock::time_point> v;
+  return v;
+}
+class ClockSink : public Stage {
+ public:
+  explicit ClockSink(const StageContext&) {}
+  void process(Item, Emitter&) override { arrivals().push_back(Clock::now()); }
+};
+PIPELINE_STAGE(bench_clock_sink, {.name = "bench_clock_sink", .doc = "records arrival times (bench_graph)",
+                                  .input = any_port(), .output = no_port(), .max_workers = 1,
+                                  .factory = make_factory<ClockSink>()});
+
+double steady_ms_per_item(size_t skip) {
+  auto& a = arrivals();
+  if (a.size() < skip + 2) return 0;
+  return std::chrono::duration<double, std::milli>(a.back() - a[skip]).count() / static_cast<double>(a.size() - 1 - skip);
+}
+
+void overlap(int items, const std::string& kind) {
+  std::printf("\n== overlap (%s stages, 1 worker each, capacity 4, %d items; steady state after 10 items)\n", kind.c_str(),
+              items);
+  std::printf("%8s %8s %8s | %10s %10s | %12s %8s\n", "a ms", "b ms", "c ms", "max", "sum", "measured", "/max");
+  std::vector<std::vector<double>> cases = {{2, 2, 2}, {1, 4, 2}, {5, 10, 5}, {3, 1, 1}};
+  for (const auto& c : cases) {
+    GraphSpec g;
+    g.add("src", "test_source").set("count", int64_t{items});
+    g.add("a", kind, {"src"}, 1, 4).set("ms", c[0]);
+    g.add("b", kind, {"a"}, 1, 4).set("ms", c[1]);
+    g.add("c", kind, {"b"}, 1, 4).set("ms", c[2]);
+    g.add("sink", "bench_clock_sink", {"c"}, 1, 4);
+    arrivals().clear();
+    arrivals().reserve(items);
+    Engine e(std::move(g), {.stats = false});
+    e.run();
+    double mx = *std::max_element(c.begin(), c.end()), sum = c[0] + c[1] + c[2];
+    double m = steady_ms_per_item(10);
+    std::printf("%8.1f %8.1f %8.1f | %10.1f %10.1f | %12.3f %8.2f\n", c[0], c[1], c[2], mx, sum, m, m / mx);
+  }
+}
+
+double chain_rate(int items, int n_stages, bool stats, bool trace) {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{items});
+  std::string prev = "src";
+  for (int i = 0; i < n_stages; ++i) {
+    std::string name = "p" + std::to_string(i);
+    g.add(name, "delay", {prev}, 1, 64).set("ms", 0.0);
+    prev = name;
+  }
+  g.add("sink", "test_sink", {prev}, 1, 64);
+  EngineOptions o;
+  o.stats = stats;
+  auto dir = std::filesystem::temp_directory_path() / "bench_graph_run";
+  if (trace) o.run_dir = dir;
+  Engine e(std::move(g), o);
+  auto t0 = Clock::now();
+  e.run();
+  double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (trace) std::filesystem::remove_all(dir);
+  return items / s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void overhead(int items, int repeats, int n_stages) {
+  std::printf("\n== overhead: %d items through source -> %d x pass-through -> sink (1 worker each, capacity 64), "
+              "median of %d runs, runs interleaved\n",
+              items, n_stages, repeats);
+  std::vector<double> off, on, tr;
+  for (int r = 0; r < repeats; ++r) {
+    off.push_back(chain_rate(items, n_stages, false, false));
+    on.push_back(chain_rate(items, n_stages, true, false));
+    tr.push_back(chain_rate(items, n_stages, true, true));
+  }
+  double m_off = median(off), m_on = median(on), m_tr = median(tr);
+  int hops = n_stages + 1;
+  std::printf("%-26s %14s %16s %10s\n", "mode", "items/s", "ns/item/hop", "vs off");
+  std::printf("%-26s %14.0f %16.0f %10s\n", "stats off", m_off, 1e9 / m_off / hops, "");
+  std::printf("%-26s %14.0f %16.0f %+9.1f%%\n", "stats on", m_on, 1e9 / m_on / hops, 100 * (m_on / m_off - 1));
+  std::printf("%-26s %14.0f %16.0f %+9.1f%%\n", "stats on + trace + files", m_tr, 1e9 / m_tr / hops, 100 * (m_tr / m_off - 1));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string what = "all";
+  int items = 0, repeats = 5, n_stages = 4;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--items" && i + 1 < argc)
+      items = std::atoi(argv[++i]);
+    else if (a == "--repeats" && i + 1 < argc)
+      repeats = std::atoi(argv[++i]);
+    else if (a == "--stages" && i + 1 < argc)
+      n_stages = std::atoi(argv[++i]);
+    else if (a == "overlap" || a == "overhead" || a == "all")
+      what = a;
+    else {
+      std::fprintf(stderr, "usage: bench_graph [overlap|overhead|all] [--items N] [--repeats R] [--stages K]\n");
+      return 2;
+    }
+  }
+  std::printf("hardware threads: %u\n", std::thread::hardware_concurrency());
+  if (what == "overlap" || what == "all") {
+    overlap(items ? items : 150, "delay");
+    overlap(items ? items : 150, "spin");
+  }
+  if (what == "overhead" || what == "all") overhead(items ? items : 200000, repeats, n_stages);
+  return 0;
+}

@@ -1,0 +1,165 @@
+// `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
+// stats and trace in the run directory, Ctrl-C handling and --resume.
+#include <iostream>
+#include <unistd.h>
+
+#include "cli.h"
+#include "graph/engine.h"
+#include "graph/live_view.h"
+#include "graph/stats.h"
+#include "stages/run_setup.h"
+
+namespace pipeline::cli {
+namespace {
+
+struct RunArgs {
+  stages::RunRequest req;
+};
+
+RunArgs parse_run_args(const std::vector<std::string>& args, const char* cmd) {
+  RunArgs a;
+  a.req.source_dir = PIPELINE_SOURCE_DIR;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& s = args[i];
+    auto value = [&](const std::string& flag) -> std::string {
+      if (s.size() > flag.size() && s.compare(0, flag.size() + 1, flag + "=") == 0) return s.substr(flag.size() + 1);
+      if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value (see pipeline " + cmd + " --help)");
+      return args[++i];
+    };
+    if (s == "--set" || s.rfind("--set=", 0) == 0)
+      a.req.overrides.push_back(value("--set"));
+    else if (s == "--resume" || s.rfind("--resume=", 0) == 0)
+      a.req.resume = value("--resume");
+    else if (!s.empty() && s[0] == '-')
+      throw std::invalid_argument("unknown option " + s + " (see pipeline " + cmd + " --help)");
+    else if (a.req.config.empty())
+      a.req.config = s;
+    else
+      throw std::invalid_argument("one config file expected, got a second: " + s);
+  }
+  if (a.req.config.empty() && a.req.resume.empty())
+    throw std::invalid_argument(std::string("no config given (usage: pipeline ") + cmd + " CONFIG [--set section.key=value ...])");
+  return a;
+}
+
+void print_settings(const stages::RunPlan& plan) {
+  const auto& ctx = *plan.ctx;
+  std::cout << "pipeline " PIPELINE_VERSION " | config " << plan.config_path.string() << " | device " << ctx.device.str();
+  if (!ctx.run_dir.empty()) std::cout << " | run dir " << ctx.run_dir.string();
+  std::cout << "\nmodel: " << ctx.model.n_layer << " layers, " << ctx.model.n_head << " heads, width " << ctx.model.n_embd
+            << ", context " << ctx.model.block_size << ", vocab " << ctx.model.vocab_size << " (padded "
+            << ctx.model.padded_vocab_size << "), " << ctx.model.num_parameters() << " parameters\n";
+  config::print_table(std::cout, plan.sections());
+  if (ctx.start_step > 0)
+    std::cout << "resuming from " << ctx.resume_from.string() << " at step " << ctx.start_step << ", data "
+              << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
+}
+
+int run_main(const std::vector<std::string>& args) {
+  auto a = parse_run_args(args, "run");
+  auto plan = stages::plan_run(a.req);
+  auto& ctx = *plan.ctx;
+  print_settings(plan);
+  if (ctx.cfg.run.threads > 0) at::set_num_threads(static_cast<int>(ctx.cfg.run.threads));
+
+  stages::set_run_context(plan.ctx);
+  struct ClearContext {
+    ~ClearContext() { stages::set_run_context(nullptr); }
+  } clear_context;
+
+  graph::EngineOptions opts;
+  opts.run_dir = ctx.run_dir;
+  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
+  opts.trace = ctx.cfg.logging.trace;
+  graph::Engine engine(plan.spec, opts);
+
+  graph::LiveViewOptions vo;
+  const auto& live = ctx.cfg.logging.live;
+  vo.mode = live == "tty" ? graph::LiveViewOptions::Mode::tty
+            : live == "line" ? graph::LiveViewOptions::Mode::line
+            : live == "off"  ? graph::LiveViewOptions::Mode::off
+                             : graph::LiveViewOptions::Mode::automatic;
+  bool screen = vo.mode == graph::LiveViewOptions::Mode::tty ||
+                (vo.mode == graph::LiveViewOptions::Mode::automatic && isatty(STDERR_FILENO));
+  graph::LiveView view(engine, std::cerr, vo);
+  if (screen) {
+    // The screen is redrawn in place: progress lines become its status line instead of
+    // scrolling it away (every line is also in metrics.jsonl).
+    ctx.log->set_printer([&view](const std::string& line) { view.set_status(line); });
+  }
+
+  bool failed = false;
+  std::string failure;
+  {
+    graph::SigintGuard sigint(engine);
+    try {
+      engine.run();
+    } catch (const std::exception& e) {
+      failed = true;
+      failure = e.what();
+    }
+  }
+  ctx.log->set_printer(nullptr);
+  auto snap = engine.snapshot();
+  auto verdict = graph::analyze(snap);
+  std::cout << "\n";
+  graph::print_summary(std::cout, snap, verdict);
+
+  const int64_t done = ctx.last_step.load();
+  std::string ckpt;
+  {
+    std::lock_guard<std::mutex> lock(ctx.mu);
+    ckpt = ctx.checkpoint_written;
+  }
+  if (failed) {
+    std::cerr << "pipeline run: error: " << failure << "\n";
+    if (!ckpt.empty()) std::cerr << "last checkpoint: " << ckpt << " (continue with --resume " << ctx.run_dir.string() << ")\n";
+    return 1;
+  }
+  if (engine.stop_requested() || done < ctx.cfg.training.steps) {
+    std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps << ".";
+    if (!ckpt.empty())
+      std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run " << plan.config_path.string()
+                << " --resume " << ctx.run_dir.string() << "\n";
+    else
+      std::cout << " No checkpoint was written.\n";
+    return engine.stop_requested() ? 130 : 0;
+  }
+  std::cout << "done: " << done << " steps";
+  if (!ckpt.empty()) std::cout << "; checkpoint " << ckpt;
+  if (!ctx.run_dir.empty())
+    std::cout << "\nrun directory: " << ctx.run_dir.string() << " (pipeline stats " << ctx.run_dir.string() << ")";
+  std::cout << "\n";
+  return 0;
+}
+
+int check_main(const std::vector<std::string>& args) {
+  auto a = parse_run_args(args, "check");
+  a.req.create_run_dir = false;
+  auto plan = stages::plan_run(a.req);
+  print_settings(plan);
+  graph::validate(plan.spec);  // stage types, ports, cycles, inputs: without building the stages
+  std::cout << "ok: " << plan.spec.stages.size() << " stages, configuration valid\n";
+  return 0;
+}
+
+PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
+                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
+                  "       pipeline run --resume RUN_DIR\n\n"
+                  "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
+                  "--set overrides any key with the same names and checks as the file, e.g.\n"
+                  "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
+                  "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
+                  "Ctrl-C finishes the current step, writes a checkpoint and exits; a second Ctrl-C exits at once.\n"
+                  "The run directory holds config.toml, metrics.jsonl, stats.jsonl, stats_summary.json,\n"
+                  "trace.json (open in ui.perfetto.dev) and checkpoints/.",
+                  &run_main});
+
+PIPELINE_COMMAND({"check", "validate a config and print every resolved setting",
+                  "usage: pipeline check CONFIG [--set section.key=value ...]\n\n"
+                  "Resolves the whole configuration as `pipeline run` would (defaults, --set, dataset path,\n"
+                  "model preset, the stage graph), prints it as a table, and exits non-zero on any error.",
+                  &check_main});
+
+}  // namespace
+}  // namespace pipeline::cli

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Regenerates the bundled tiny-shakespeare dataset (datasets/data/tinyshakespeare/{text,tokens})
+# with `pipeline prepare`. The output is byte-for-byte reproducible: same input, same flags,
+# same bytes (prepare is deterministic for a seed; zstd output is fixed for a level).
+#
+# usage: tools/make_bundled_data.sh [PIPELINE_EXE] [TINYSHAKESPEARE_TXT]
+#   defaults: build/tools/pipeline and ../shared/data/tinyshakespeare.txt (relative to the repo)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+exe=${1:-$root/build/tools/pipeline}
+input=${2:-$root/../shared/data/tinyshakespeare.txt}
+out=$root/datasets/data/tinyshakespeare
+
+# One speech per document (blank-line rule), 10% of documents in val, zstd level 19 to keep
+# the repository small.
+flags=(--split blank-lines --val-fraction 0.1 --seed 1337 --level 19 --force)
+set -x
+"$exe" prepare "$input" --out "$out/text" "${flags[@]}"
+"$exe" prepare "$input" --out "$out/tokens" --tokens "${flags[@]}"
