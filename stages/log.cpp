@@ -56,7 +56,7 @@ class Log : public graph::Stage {
 
     char json[512];
     std::snprintf(json, sizeof json,
-                  "{\"step\":%lld,\"loss\":%.6f,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
+                  "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
                   "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f}",
                   static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
                   mfu, elapsed);

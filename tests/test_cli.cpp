@@ -1,0 +1,191 @@
+// Tests of the `pipeline` command as a user runs it: help and version, `check` and its errors,
+// `tokenize` parity from outside, a short `run` then `generate`, and checkpoint atomicity when the
+// process is killed with SIGKILL while it writes checkpoints.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result sh(const std::string& args) {
+  std::string cmd = std::string(PIPELINE_EXE) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+fs::path temp_dir(const std::string& tag) {
+  auto d = fs::temp_directory_path() / ("pipeline_cli_" + std::to_string(::getpid()) + "_" + tag);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+const std::string kQuick = std::string(PIPELINE_SOURCE_DIR) + "/pipelines/quickstart.toml";
+
+}  // namespace
+
+TEST_CASE("version, help and unknown commands") {
+  auto v = sh("--version");
+  CHECK(v.code == 0);
+  CHECK(contains(v.out, "pipeline 0."));
+  auto h = sh("--help");
+  CHECK(h.code == 0);
+  for (const char* c : {"run", "check", "stages", "graph", "stats", "prepare", "tokenize", "generate"})
+    CHECK(contains(h.out, c));
+  auto rh = sh("run --help");
+  CHECK(rh.code == 0);
+  CHECK(contains(rh.out, "--resume"));
+  auto u = sh("frobnicate");
+  CHECK(u.code == 2);
+  CHECK(contains(u.out, "unknown command 'frobnicate'"));
+}
+
+TEST_CASE("check prints the resolved settings, and every error names its key") {
+  auto ok = sh("check " + kQuick + " --set training.steps=7");
+  CHECK(ok.code == 0);
+  CHECK(contains(ok.out, "training.steps"));
+  CHECK(contains(ok.out, "--set"));
+  CHECK(contains(ok.out, "stages.tokenize.workers"));
+  CHECK(contains(ok.out, "ok:"));
+
+  auto bare = sh("check quickstart.toml");  // a bare name is looked up in pipelines/
+  CHECK(bare.code == 0);
+
+  auto range = sh("check " + kQuick + " --set training.steps=0");
+  CHECK(range.code != 0);
+  CHECK(contains(range.out, "training.steps"));
+  CHECK(contains(range.out, "got 0"));
+
+  auto key = sh("check " + kQuick + " --set optimizer.learning_rate=1");
+  CHECK(key.code != 0);
+  CHECK(contains(key.out, "unknown key 'learning_rate'"));
+
+  auto dir = temp_dir("check");
+  std::ofstream(dir / "bad.toml") << slurp(kQuick) << "\n[stages.spin]\ntype = \"spin\"\ninput = \"pack\"\nmsec = 3\n";
+  auto opt = sh("check " + (dir / "bad.toml").string());
+  CHECK(opt.code != 0);
+  CHECK(contains(opt.out, "bad.toml:"));
+  CHECK(contains(opt.out, "msec"));
+
+  auto missing = sh("check nosuch.toml");
+  CHECK(missing.code != 0);
+  CHECK(contains(missing.out, "nosuch.toml: config file not found"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("tokenize matches the reference ids from outside, and decodes back") {
+  auto dir = temp_dir("tok");
+  const std::string data = PIPELINE_SHARED_DATA_DIR;
+  auto enc = sh("tokenize " + data + "/edge_cases.txt --out " + (dir / "ids.u16").string());
+  REQUIRE(enc.code == 0);
+  CHECK(slurp(dir / "ids.u16") == slurp(data + "/edge_cases.gpt2.u16"));
+  auto dec = sh("tokenize --decode " + (dir / "ids.u16").string() + " --out " + (dir / "back.txt").string());
+  REQUIRE(dec.code == 0);
+  CHECK(slurp(dir / "back.txt") == slurp(data + "/edge_cases.txt"));
+  auto none = sh("tokenize " + (dir / "missing.txt").string());
+  CHECK(none.code != 0);
+  CHECK(contains(none.out, "missing.txt"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a short run, its stats, and generate from its checkpoint") {
+  auto dir = temp_dir("run");
+  auto run_dir = dir / "r";
+  auto r = sh("run " + kQuick + " --set model.preset=tiny --set training.steps=4 --set training.seq_len=32 " +
+              "--set eval.every=2 --set eval.batches=1 --set eval.sample_tokens=4 --set run.dir=" + run_dir.string() +
+              " --set logging.every=1");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.out, "step      4/4"));
+  CHECK(contains(r.out, "val loss"));
+  CHECK(contains(r.out, "bottleneck"));
+  CHECK(contains(r.out, "done: 4 steps"));
+  for (const char* f : {"config.toml", "metrics.jsonl", "stats.jsonl", "stats_summary.json", "trace.json"})
+    CHECK(fs::exists(run_dir / f));
+  auto st = sh("stats " + run_dir.string());
+  CHECK(st.code == 0);
+  CHECK(contains(st.out, "train"));
+  auto g = sh("generate --checkpoint " + run_dir.string() + " --prompt 'ROMEO:' --tokens 5 --temperature 0");
+  INFO(g.out);
+  CHECK(g.code == 0);
+  CHECK(contains(g.out, "ROMEO:"));
+  auto bad = sh("generate --checkpoint " + (dir / "nothing.ckpt").string());
+  CHECK(bad.code != 0);
+  CHECK(contains(bad.out, "nothing.ckpt"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a process killed while writing checkpoints never leaves a half-written one to load") {
+  auto dir = temp_dir("kill");
+  auto run_dir = dir / "r";
+  // small-cpu's checkpoint is ~87 MB, so much of each step is spent writing: a kill is likely to
+  // land mid-write. Whatever the moment, every .ckpt present must load.
+  std::string args = "run " + kQuick + " --set model.preset=small-cpu --set training.steps=1000 " +
+                     "--set training.batch_size=1 --set training.seq_len=16 --set checkpoint.every=1 " +
+                     "--set checkpoint.keep=3 --set eval.every=0 --set logging.live=off --set run.dir=" + run_dir.string();
+  for (int round = 0; round < 3; ++round) {
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      std::string cmd = round == 0 ? std::string(PIPELINE_EXE) + " " + args
+                                   : std::string(PIPELINE_EXE) + " run --resume " + run_dir.string();
+      cmd += " > /dev/null 2>&1";
+      execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Wait until at least two checkpoints more exist, then kill at a moment that varies by round.
+    auto count = [&] {
+      int n = 0;
+      if (fs::is_directory(run_dir / "checkpoints"))
+        for (const auto& e : fs::directory_iterator(run_dir / "checkpoints")) n += e.path().extension() == ".ckpt";
+      return n;
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    while (count() < 2 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120))
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 * round + 70));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    REQUIRE(count() >= 1);
+    for (const auto& e : fs::directory_iterator(run_dir / "checkpoints")) {
+      if (e.path().extension() != ".ckpt") continue;  // a *.tmp may be left behind: never loaded
+      auto g = sh("generate --checkpoint " + e.path().string() + " --tokens 1");
+      INFO(e.path().string() << ": " << g.out);
+      CHECK(g.code == 0);
+    }
+  }
+  fs::remove_all(dir);
+}

@@ -1,0 +1,255 @@
+// End-to-end tests of the training graph on the CPU: a tiny GPT-2 trained for a few steps
+// through read_shards -> tokenize -> pack -> pin -> h2d -> train -> log/eval/checkpoint, exact
+// resume, swapping the input side from TOML, and the errors a user meets first.
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include "graph/engine.h"
+#include "stages/run_setup.h"
+
+// After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
+#include <doctest/doctest.h>
+
+namespace fs = std::filesystem;
+using namespace pipeline;
+
+namespace {
+
+fs::path temp_dir(const std::string& tag) {
+  static int counter = 0;
+  auto d = fs::temp_directory_path() / ("pipeline_stages_" + std::to_string(::getpid()) + "_" + tag + "_" +
+                                        std::to_string(counter++));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+const std::string kData = std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/";
+
+// A tiny model on the bundled data; `input` is the TOML of the input side.
+std::string tiny_config(const fs::path& run_dir, const std::string& input, const std::string& dataset = kData + "text") {
+  std::ostringstream os;
+  os << "[run]\ndir = \"" << run_dir.string() << "\"\nseed = 7\ndevice = \"cpu\"\n"
+     << "[model]\npreset = \"tiny\"\n"
+     << "[data]\ndataset = \"" << dataset << "\"\n"
+     << "[training]\nsteps = 8\nbatch_size = 2\nseq_len = 32\ndtype = \"fp32\"\n"
+     << "[optimizer]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\n"
+     << "[eval]\nevery = 0\n"
+     << "[checkpoint]\nevery = 4\nkeep = 10\n"
+     << "[logging]\nlive = \"off\"\ntrace = false\nstats_interval_ms = 5\n"
+     << input
+     << "[stages.train]\ntype = \"train\"\ninput = \"h2d\"\ncapacity = 2\n"
+     << "[stages.log]\ntype = \"log\"\ninput = \"train\"\ncapacity = 64\n"
+     << "[stages.checkpoint]\ntype = \"checkpoint\"\ninput = \"train\"\ncapacity = 4\n";
+  return os.str();
+}
+
+const std::string kTextInput =
+    "[stages.read]\ntype = \"read_shards\"\n"
+    "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\nworkers = 2\ncapacity = 8\n"
+    "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 8\n"
+    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
+    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+
+const std::string kTokenInput =
+    "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
+    "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
+    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
+    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+
+struct RunResult {
+  std::map<int64_t, std::string> losses;  // step -> loss as logged (%.9g: exact for fp32)
+  fs::path dir;
+  int64_t last_step = 0;
+  std::string checkpoint;
+};
+
+std::map<int64_t, std::string> read_losses(const fs::path& dir) {
+  std::map<int64_t, std::string> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    auto l = line.find("\"loss\":");
+    if (l == std::string::npos) continue;
+    int64_t step = std::stoll(line.substr(line.find("\"step\":") + 7));
+    auto start = l + 7;
+    out[step] = line.substr(start, line.find(',', start) - start);
+  }
+  return out;
+}
+
+// Runs a config in-process as `pipeline run` does; `during` runs on a side thread while the
+// graph runs (e.g. to request a stop).
+RunResult run(const std::string& toml, const fs::path& run_dir, std::vector<std::string> overrides = {},
+              fs::path resume = {}, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
+  auto cfg = run_dir.parent_path() / (run_dir.filename().string() + ".toml");
+  std::ofstream(cfg) << toml;
+  stages::RunRequest req;
+  req.config = resume.empty() ? cfg.string() : "";
+  req.overrides = std::move(overrides);
+  req.resume = resume;
+  req.source_dir = PIPELINE_SOURCE_DIR;
+  auto plan = stages::plan_run(req);
+  stages::set_run_context(plan.ctx);
+  graph::EngineOptions opts;
+  opts.run_dir = plan.ctx->run_dir;
+  opts.trace = false;
+  opts.sample_interval = std::chrono::milliseconds(5);
+  {
+    graph::Engine engine(plan.spec, opts);
+    std::thread side;
+    if (during) side = std::thread([&] { during(engine, *plan.ctx); });
+    try {
+      engine.run();
+    } catch (...) {
+      if (side.joinable()) side.join();
+      stages::set_run_context(nullptr);
+      throw;
+    }
+    if (side.joinable()) side.join();
+  }
+  stages::set_run_context(nullptr);
+  RunResult r;
+  r.dir = plan.ctx->run_dir;
+  r.losses = read_losses(r.dir);
+  r.last_step = plan.ctx->last_step.load();
+  r.checkpoint = plan.ctx->checkpoint_written;
+  return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+struct Threads {
+  Threads() { at::set_num_threads(1); }  // bitwise reproducibility and a fair share of 2 cores
+} threads_once;
+
+}  // namespace
+
+TEST_CASE("a tiny model trains through the whole graph and learns") {
+  auto root = temp_dir("e2e");
+  auto r = run(tiny_config(root / "run", kTextInput), root / "run", {"training.steps=30", "checkpoint.every=0", "optimizer.lr=1e-2", "optimizer.min_lr=1e-3"});
+  REQUIRE(r.losses.size() == 30);
+  CHECK(r.last_step == 30);
+  double first = std::stod(r.losses.begin()->second), last = std::stod(r.losses.rbegin()->second);
+  MESSAGE("tiny model: loss " << first << " -> " << last);
+  CHECK(first == doctest::Approx(std::log(50257.0)).epsilon(0.02));
+  CHECK(last < first - 1.0);
+  CHECK(fs::exists(root / "run" / "config.toml"));
+  CHECK(fs::exists(root / "run" / "stats_summary.json"));
+  CHECK(fs::exists(r.checkpoint));  // at_end
+  CHECK(contains(r.checkpoint, "step_00000030.ckpt"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("the same seed gives the same losses whatever the tokenize worker count") {
+  auto root = temp_dir("det");
+  auto a = run(tiny_config(root / "a", kTextInput), root / "a", {"stages.tokenize.workers=1"});
+  auto b = run(tiny_config(root / "b", kTextInput), root / "b", {"stages.tokenize.workers=3", "stages.tokenize.capacity=2"});
+  REQUIRE(a.losses.size() == 8);
+  CHECK(a.losses == b.losses);
+  fs::remove_all(root);
+}
+
+TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches") {
+  auto root = temp_dir("swap");
+  auto text = run(tiny_config(root / "t", kTextInput), root / "t");
+  auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k");
+  REQUIRE(text.losses.size() == 8);
+  CHECK(text.losses == tokens.losses);
+  fs::remove_all(root);
+}
+
+TEST_CASE("synthetic input replaces the whole input side") {
+  auto root = temp_dir("synth");
+  const std::string input =
+      "[stages.h2d]\ntype = \"synthetic\"\n";  // train's input is named h2d in tiny_config
+  auto r = run(tiny_config(root / "s", input), root / "s", {"training.steps=3"});
+  CHECK(r.losses.size() == 3);
+  fs::remove_all(root);
+}
+
+TEST_CASE("resume from a checkpoint continues with the same losses, bit for bit") {
+  auto root = temp_dir("resume");
+  auto full = run(tiny_config(root / "full", kTextInput), root / "full");
+  REQUIRE(full.losses.size() == 8);
+
+  // Same run, then go back to its step-4 checkpoint as if it had stopped there.
+  auto part = run(tiny_config(root / "part", kTextInput), root / "part");
+  fs::remove(root / "part" / "checkpoints" / "step_00000008.ckpt");
+  fs::remove(root / "part" / "metrics.jsonl");
+  auto resumed = run("", root / "part", {}, root / "part");
+  REQUIRE(resumed.losses.size() == 4);
+  for (int64_t s = 5; s <= 8; ++s) CHECK(resumed.losses[s] == full.losses[s]);
+  fs::remove_all(root);
+}
+
+TEST_CASE("a stop request ends the run with a checkpoint from which it resumes exactly") {
+  auto root = temp_dir("stop");
+  auto full = run(tiny_config(root / "full", kTextInput), root / "full", {"training.steps=12", "checkpoint.every=0"});
+  REQUIRE(full.losses.size() == 12);
+
+  auto stopped = run(tiny_config(root / "s", kTextInput), root / "s", {"training.steps=12", "checkpoint.every=0"}, {},
+                     [](graph::Engine& e, stages::RunContext& ctx) {
+                       while (ctx.last_step.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                       e.stop();
+                     });
+  REQUIRE(stopped.last_step >= 3);
+  REQUIRE(stopped.last_step < 12);
+  REQUIRE(!stopped.checkpoint.empty());
+  auto resumed = run("", root / "s", {}, root / "s");
+  CHECK(resumed.last_step == 12);
+  auto all = read_losses(root / "s");
+  REQUIRE(all.size() == 12);
+  CHECK(all == full.losses);
+  fs::remove_all(root);
+}
+
+TEST_CASE("clear errors: missing dataset, wrong port, unknown stage type, bad model") {
+  auto root = temp_dir("errors");
+  auto missing = error_of([&] { run(tiny_config(root / "m", kTextInput, "/nonexistent/dataset"), root / "m"); });
+  CHECK(contains(missing, "[data] dataset"));
+  CHECK(contains(missing, "/nonexistent/dataset"));
+
+  auto port = error_of([&] {
+    run(tiny_config(root / "p", kTextInput), root / "p", {"stages.pack.input=read"});  // documents into pack
+  });
+  CHECK(contains(port, "pack"));
+  CHECK(contains(port, "read"));
+
+  auto type = error_of([&] { run(tiny_config(root / "t", kTextInput), root / "t", {"stages.tokenize.type=tokenise"}); });
+  CHECK(contains(type, "tokenise"));
+
+  auto seq = error_of([&] { run(tiny_config(root / "q", kTextInput), root / "q", {"training.seq_len=1000"}); });
+  CHECK(contains(seq, "seq_len"));
+  CHECK(contains(seq, "block_size"));
+
+  auto preset = error_of([&] { run(tiny_config(root / "r", kTextInput), root / "r", {"model.preset=gpt5"}); });
+  CHECK(contains(preset, "gpt5"));
+
+  // A text dataset where token shards are expected names the file and the kind found.
+  std::string tok_on_text = kTokenInput;
+  auto wrong = error_of([&] { run(tiny_config(root / "w", tok_on_text, kData + "text"), root / "w"); });
+  CHECK(contains(wrong, "text"));
+
+  // A run directory that already holds checkpoints is not overwritten.
+  run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"});
+  auto again = error_of([&] { run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"}); });
+  CHECK(contains(again, "--resume"));
+  fs::remove_all(root);
+}
