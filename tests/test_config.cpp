@@ -188,3 +188,21 @@ TEST_CASE("find_config looks in pipelines/ for bare names and lists where it loo
   CHECK_THROWS_AS(Document::load(root / "missing.toml"), ConfigError);
   fs::remove_all(root);
 }
+
+TEST_CASE("to_toml writes sections that read back to the same values") {
+  Schema s("model");
+  s.string("prompt", "", "text").floating("lr", 0.0, "rate").integer("n", 0, "count").boolean("b", false, "flag")
+      .string_list("input", std::vector<std::string>{}, "inputs");
+  auto doc = Document::parse(
+      "[stages.x]\nprompt = \"a \\\"quoted\\\"\\nline\\twith\\\\ tab\"\nlr = 3e-4\nn = 5\nb = true\ninput = [\"p\", \"q\"]\n",
+      "w.toml", {"stages.x.lr=2"});
+  auto first = doc.resolve("stages.x", s);
+  auto text = to_toml({first});
+  auto again = Document::parse(text, "again.toml").resolve("stages.x", s);
+  CHECK(again.get_string("prompt") == "a \"quoted\"\nline\twith\\ tab");
+  CHECK(again.get_float("lr") == 2.0);
+  CHECK(again.get_int("n") == 5);
+  CHECK(again.get_bool("b"));
+  CHECK(again.get_string_list("input") == std::vector<std::string>{"p", "q"});
+  CHECK(contains(text, "[stages.x]"));
+}
