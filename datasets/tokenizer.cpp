@@ -6,12 +6,14 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
+#include "datasets/json_lite.h"
 #include "datasets/tokenizer_bpe.h"
 #include "datasets/tokenizer_pretokenize.h"
 
@@ -49,25 +51,6 @@ const std::array<int, 512>& unicode_to_byte() {
     return t;
   }();
   return table;
-}
-
-// Appends the UTF-8 encoding of cp.
-void put_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // Maps a token written in GPT-2's byte alphabet (UTF-8 text) to its bytes. Returns false and
@@ -115,162 +98,48 @@ std::string printable(std::string_view s) {
   return "'" + out + "'";
 }
 
-// A flat JSON object of string -> non-negative integer, which is all encoder.json is.
-class EncoderJsonParser {
- public:
-  EncoderJsonParser(std::string_view text, std::string_view name) : s_(text), name_(name) {}
-
-  // Entries in file order: (token bytes, id, byte offset of the key).
-  struct Entry {
-    std::string bytes;
-    uint64_t id;
-    size_t offset;
-  };
-
-  std::vector<Entry> parse() {
-    std::vector<Entry> out;
-    skip_ws();
-    expect('{', "'{' at the start of the object");
-    skip_ws();
-    if (peek() == '}') {
-      ++i_;
-    } else {
-      std::string key;
-      for (;;) {
-        skip_ws();
-        const size_t key_at = i_;
-        parse_string(key);
-        Entry e;
-        uint32_t bad_cp = 0;
-        if (!alphabet_to_bytes(key, e.bytes, bad_cp)) {
-          char cp[16];
-          std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
-          fail(std::string(name_) + ": token at byte offset " + std::to_string(key_at) + " contains " + cp +
-               ", which is not in GPT-2's byte-to-unicode alphabet");
-        }
-        e.offset = key_at;
-        skip_ws();
-        expect(':', "':' after the key");
-        skip_ws();
-        e.id = parse_uint();
-        out.push_back(std::move(e));
-        skip_ws();
-        const char c = peek();
-        if (c == ',') {
-          ++i_;
-          continue;
-        }
-        if (c == '}') {
-          ++i_;
-          break;
-        }
-        error("',' or '}' after a value");
-      }
-    }
-    skip_ws();
-    if (i_ != s_.size()) error("end of input after the object");
-    return out;
-  }
-
- private:
-  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
-
-  [[noreturn]] void error(const std::string& expected) const {
-    const std::string got = i_ < s_.size() ? printable(s_.substr(i_, 1)) : std::string("end of input");
-    fail(std::string(name_) + ": malformed JSON at byte offset " + std::to_string(i_) + ": expected " + expected +
-         ", got " + got);
-  }
-
-  void expect(char c, const char* what) {
-    if (peek() != c || i_ >= s_.size()) error(what);
-    ++i_;
-  }
-
-  void skip_ws() {
-    while (i_ < s_.size() && (s_[i_] == ' ' || s_[i_] == '\n' || s_[i_] == '\r' || s_[i_] == '\t')) ++i_;
-  }
-
-  uint32_t hex4() {
-    uint32_t v = 0;
-    for (int k = 0; k < 4; ++k) {
-      const char c = peek();
-      int d;
-      if (c >= '0' && c <= '9') {
-        d = c - '0';
-      } else if (c >= 'a' && c <= 'f') {
-        d = c - 'a' + 10;
-      } else if (c >= 'A' && c <= 'F') {
-        d = c - 'A' + 10;
-      } else {
-        error("four hex digits after \\u");
-      }
-      v = v * 16 + static_cast<uint32_t>(d);
-      ++i_;
-    }
-    return v;
-  }
-
-  void parse_string(std::string& out) {
-    out.clear();
-    expect('"', "'\"' starting a string");
-    for (;;) {
-      if (i_ >= s_.size()) error("'\"' closing the string");
-      const char c = s_[i_];
-      if (c == '"') {
-        ++i_;
-        return;
-      }
-      if (static_cast<unsigned char>(c) < 0x20) error("no control characters inside a string");
-      if (c != '\\') {
-        out += c;
-        ++i_;
-        continue;
-      }
-      ++i_;
-      const char e = peek();
-      ++i_;
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF && peek() == '\\' && i_ + 1 < s_.size() && s_[i_ + 1] == 'u') {
-            i_ += 2;
-            const uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) error("a low surrogate after a high surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          put_utf8(cp, out);
-          break;
-        }
-        default:
-          --i_;
-          error("a JSON escape (one of \\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u)");
-      }
-    }
-  }
-
-  uint64_t parse_uint() {
-    if (peek() < '0' || peek() > '9') error("a non-negative integer token id");
-    uint64_t v = 0;
-    while (peek() >= '0' && peek() <= '9') {
-      v = v * 10 + static_cast<uint64_t>(peek() - '0');
-      if (v > 0xFFFFFFFFull) error("a token id below 2^32");
-      ++i_;
-    }
-    return v;
-  }
-
-  std::string_view s_;
-  std::string_view name_;
-  size_t i_ = 0;
+// encoder.json is a flat JSON object of token -> id. It is read with the project's one JSON
+// parser; here only the shape is checked and each key is mapped back from GPT-2's printable
+// byte alphabet to raw bytes.
+struct EncoderEntry {
+  std::string bytes;
+  uint64_t id;
+  size_t offset;  // byte offset of the value, for messages
 };
+
+std::vector<EncoderEntry> parse_encoder_json(std::string_view text, std::string_view name) {
+  JsonValue root;
+  try {
+    root = json_parse(text);
+  } catch (const JsonParseError& e) {
+    fail(std::string(name) + ": malformed JSON at " + e.what());
+  }
+  if (root.type != JsonValue::Type::object)
+    fail(std::string(name) + ": expected a JSON object of token -> id at byte offset " + std::to_string(root.offset) +
+         ", got " + JsonValue::type_name(root.type));
+  std::vector<EncoderEntry> out;
+  out.reserve(root.members.size());
+  for (const auto& [key, val] : root.members) {
+    EncoderEntry e;
+    e.offset = val.offset;
+    uint32_t bad_cp = 0;
+    if (!alphabet_to_bytes(key, e.bytes, bad_cp)) {
+      char cp[16];
+      std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
+      fail(std::string(name) + ": token before byte offset " + std::to_string(val.offset) + " contains " + cp +
+           ", which is not in GPT-2's byte-to-unicode alphabet");
+    }
+    const bool digits = val.type == JsonValue::Type::number && !val.text.empty() && val.text.size() <= 10 &&
+                        val.text.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits || std::stoull(val.text) > 0xFFFFFFFFull)
+      fail(std::string(name) + ": malformed vocabulary at byte offset " + std::to_string(val.offset) +
+           ": expected a non-negative integer token id below 2^32, got " +
+           (val.type == JsonValue::Type::number ? val.text : std::string(JsonValue::type_name(val.type))));
+    e.id = std::stoull(val.text);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -335,10 +204,10 @@ Tokenizer Tokenizer::from_memory(std::string_view encoder_json, std::string_view
   const std::string merges_name(bpe_name);
 
   // encoder.json: ids must be exactly 0..n-1, each token once.
-  auto entries = EncoderJsonParser(encoder_json, encoder_name).parse();
+  auto entries = parse_encoder_json(encoder_json, encoder_name);
   const size_t n = entries.size();
   if (n < 256) fail(enc_name + ": " + std::to_string(n) + " tokens; a byte-level vocabulary needs at least 256");
-  std::vector<const EncoderJsonParser::Entry*> by_id(n, nullptr);
+  std::vector<const EncoderEntry*> by_id(n, nullptr);
   std::unordered_map<std::string, uint32_t> id_of;
   id_of.reserve(n * 2);
   for (const auto& e : entries) {

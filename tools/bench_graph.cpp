@@ -83,7 +83,8 @@ double chain_rate(int items, int n_stages, bool stats, bool trace) {
   auto t0 = Clock::now();
   e.run();
   double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (trace) std::filesystem::remove_all(dir);
+  // (No remove_all: in executables linking LibTorch 2.11 it resolves to libtorch.so's copy,
+  // which crashes. The files are overwritten by the next run.)
   return items / s;
 }
 
