@@ -10,11 +10,9 @@ namespace {
 class ReadShards : public graph::Stage {
  public:
   explicit ReadShards(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
-    auto dir = ctx.options.get_string("dataset");
-    auto split = ctx.options.get_string("split");
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
-    reader_.open(dir.empty() ? rc_.cfg.data.dataset : std::filesystem::path(dir),
-                 split.empty() ? rc_.cfg.data.train_split : split, rc_.start.pos, rc_.cfg.data.loop);
+    auto [dir, split] = source_dataset(rc_, ctx.options);
+    reader_.open(dir, split, rc_.start.pos, rc_.cfg.data.loop);
   }
 
   bool produce(graph::Emitter& out) override {

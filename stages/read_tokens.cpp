@@ -11,10 +11,9 @@ class ReadTokens : public graph::Stage {
  public:
   explicit ReadTokens(const graph::StageContext& ctx)
       : rc_(require_run_context(ctx.name)), chunk_(static_cast<size_t>(ctx.options.get_int("chunk_tokens"))) {
-    auto dir = ctx.options.get_string("dataset");
-    auto split = ctx.options.get_string("split");
-    reader_.open(dir.empty() ? rc_.cfg.data.dataset : std::filesystem::path(dir),
-                 split.empty() ? rc_.cfg.data.train_split : split, rc_.start.pos, rc_.cfg.data.loop);
+    // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
+    auto [dir, split] = source_dataset(rc_, ctx.options);
+    reader_.open(dir, split, rc_.start.pos, rc_.cfg.data.loop);
   }
 
   bool produce(graph::Emitter& out) override {

@@ -126,6 +126,10 @@ struct RunContext {
   std::mutex mu;
 };
 
+/// The dataset directory and split a source stage reads: its own `dataset`/`split` options
+/// when set, else [data] dataset and train_split.
+std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
+
 /// The context of the graph being built or run. `pipeline run` sets it before building the
 /// graph and clears it after; stage constructors read it.
 void set_run_context(std::shared_ptr<RunContext> ctx);
