@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 
 namespace pipeline::datasets {
 namespace {

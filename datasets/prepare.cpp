@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 

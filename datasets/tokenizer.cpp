@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 #include "datasets/tokenizer_bpe.h"
 #include "datasets/tokenizer_pretokenize.h"
 

@@ -447,6 +447,45 @@ Section Document::resolve(const std::string& section, const Schema& schema) cons
   return ordered;
 }
 
+namespace {
+
+// A TOML node as the closest Value, without a schema (arrays must hold strings).
+std::optional<Value> raw_value(const toml::node& n) {
+  if (auto v = n.value_exact<int64_t>()) return Value{*v};
+  if (auto v = n.value_exact<double>()) return Value{*v};
+  if (auto v = n.value_exact<bool>()) return Value{*v};
+  if (auto v = n.value_exact<std::string>()) return Value{*v};
+  if (auto arr = n.as_array()) {
+    std::vector<std::string> out;
+    for (const auto& e : *arr) {
+      auto s = e.value_exact<std::string>();
+      if (!s) return std::nullopt;
+      out.push_back(*s);
+    }
+    return Value{std::move(out)};
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<Value> Document::peek(const std::string& section, const std::string& key) const {
+  for (auto it = impl_->overrides.rbegin(); it != impl_->overrides.rend(); ++it) {
+    if (it->section != section || it->key != key) continue;
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + it->text);
+    } catch (const toml::parse_error&) {
+      return Value{it->text};
+    }
+    return raw_value(*parsed.get("v"));
+  }
+  auto node = impl_->find(section);
+  if (!node || !node->is_table()) return std::nullopt;
+  auto v = node->as_table()->get(key);
+  return v ? raw_value(*v) : std::nullopt;
+}
+
 void Document::mark_known(const std::string& section) const { impl_->used_sections.insert(section); }
 
 void Document::check_all_used() const {

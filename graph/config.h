@@ -124,6 +124,9 @@ class Document {
   /// Validates `section` against `schema`: unknown keys, wrong types and out-of-range values
   /// are errors. A section absent from the file resolves to its defaults (error if a key is required).
   Section resolve(const std::string& section, const Schema& schema) const;
+  /// The value of `key` in `section` as written (the last --set for it wins), before any schema:
+  /// for the few keys that decide which schema applies, such as a stage's `type`.
+  std::optional<Value> peek(const std::string& section, const std::string& key) const;
   /// Marks a section as known; check_all_used() then reports any section or top-level key in
   /// the file (or in --set) that no resolve() or mark_known() accounted for.
   void mark_known(const std::string& section) const;

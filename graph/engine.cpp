@@ -75,7 +75,6 @@
 #include <set>
 #include <sstream>
 #include <thread>
-#include <toml++/toml.h>
 
 namespace pipeline::graph {
 
@@ -417,39 +416,17 @@ config::Section resolve_code_options(const StageSpec& s, const StageType& t, con
   return out;
 }
 
-// Reads `type` of a stage section. config::Document only hands out values through resolve()
-// with a schema, and the schema depends on the type; so try each registered type's schema
-// (the right one resolves), and fall back to reading the file directly.
+// Reads `type` of a stage section: it decides which schema validates the rest of the section.
 std::string section_type(const config::Document& doc, const std::string& section) {
-  std::vector<std::string> errors;
-  for (const StageType* t : stage_types()) {
-    try {
-      config::Schema schema = common_stage_schema();
-      schema.extend(t->options);
-      return doc.resolve(section, schema).get_string("type");
-    } catch (const config::ConfigError& e) {
-      errors.push_back(e.what());
-    }
-  }
-  // Every schema failed: the type is unknown, or one of its options is wrong. Learn the type
-  // from the file itself when it is one (then the caller resolves with that type's schema and
-  // reports the real problem).
-  try {
-    if (std::filesystem::is_regular_file(doc.file())) {
-      auto root = toml::parse_file(doc.file());
-      if (auto v = root.at_path(section + ".type").value<std::string>()) return *v;
-    }
-  } catch (const std::exception&) {
-  }
-  try {
-    return doc.resolve(section, common_stage_schema()).get_string("type");
-  } catch (const config::ConfigError& e) {
-    if (std::string(e.what()).find("missing required key 'type'") != std::string::npos) throw;
-  }
-  // A schema that knew every key but rejected a value is the likely type: its error is the real one.
-  for (const auto& e : errors)
-    if (e.find("unknown key") == std::string::npos) throw config::ConfigError(e);
-  throw config::ConfigError(errors.empty() ? doc.file() + ": [" + section + "] cannot resolve" : errors.front());
+  auto v = doc.peek(section, "type");
+  if (auto s = v ? std::get_if<std::string>(&*v) : nullptr) return *s;
+  int line = doc.section_line(section);
+  std::string where = doc.file() + (line ? ":" + std::to_string(line) : std::string());
+  if (!v)
+    throw config::ConfigError(where + ": [" + section +
+                              "] missing required key 'type' (a string: registered stage type, see `pipeline stages`)");
+  throw config::ConfigError(where + ": [" + section + "] type: expected a string naming a stage type, got " +
+                            config::value_to_string(*v));
 }
 
 }  // namespace
@@ -1017,12 +994,12 @@ void EngineImpl::write_trace() const {
   int tid = 0;
   char buf[256];
   for (const auto& p : stages_) {
-    std::string name = json::quote(p->spec.name);
-    if (name.size() > 200) name = json::quote(p->spec.name.substr(0, 190));
+    std::string name = json_quote(p->spec.name);
+    if (name.size() > 200) name = json_quote(p->spec.name.substr(0, 190));
     for (size_t w = 0; w < p->counters.size(); ++w) {
       ++tid;
       os << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":" << tid << ",\"args\":{\"name\":"
-         << json::quote(p->spec.name + " #" + std::to_string(w)) << "}}";
+         << json_quote(p->spec.name + " #" + std::to_string(w)) << "}}";
       os << ",\n{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":" << tid
          << ",\"args\":{\"sort_index\":" << tid << "}}";
       for (const TraceEvent& e : p->counters[w]->trace) {

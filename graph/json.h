@@ -1,31 +1,50 @@
-// A small JSON reader and string escaper for the engine's own files (stats.jsonl,
-// stats_summary.json), so `pipeline stats` can read runs back without another dependency.
+// The project's one JSON reader and string escaper: dataset manifests, JSON Lines records, the
+// GPT-2 vocabulary, run statistics and checkpoint metadata. Errors carry the line, column and
+// byte offset of the problem. Hand-written: the formats are small and fixed, and graph/ and
+// datasets/ stay free of further dependencies.
 #pragma once
 
-#include <map>
-#include <memory>
+#include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-namespace pipeline::graph::json {
+namespace pipeline {
 
-struct Value {
-  enum class Kind { null, boolean, number, string, array, object } kind = Kind::null;
-  bool b = false;
-  double num = 0;
-  std::string str;
-  std::vector<Value> arr;
-  std::map<std::string, Value> obj;
+struct JsonValue {
+  enum class Type { null, boolean, number, string, array, object };
+  Type type = Type::null;
+  bool boolean = false;
+  std::string text;  // the decoded string, or a number's literal text
+  std::vector<JsonValue> items;                            // array elements
+  std::vector<std::pair<std::string, JsonValue>> members;  // object members in file order
+  size_t offset = 0;                                       // byte offset where the value starts
 
-  const Value& operator[](const std::string& key) const;  // a null Value when absent
-  double number(const std::string& key, double def = 0) const;
-  std::string string(const std::string& key, const std::string& def = {}) const;
-  bool boolean(const std::string& key, bool def = false) const;
+  /// Object member by key, or nullptr (also for non-objects).
+  const JsonValue* find(std::string_view key) const;
+  /// Member `key` read as a number, string or boolean; `def` when absent or of another type.
+  double number(std::string_view key, double def = 0) const;
+  std::string string(std::string_view key, const std::string& def = {}) const;
+  bool flag(std::string_view key, bool def = false) const;
+  /// Elements of the array member `key` (empty when absent).
+  const std::vector<JsonValue>& array(std::string_view key) const;
+  static const char* type_name(Type t);
 };
 
-/// Parses one JSON document; throws std::runtime_error with the byte offset on bad input.
-Value parse(const std::string& text);
-/// `s` as a quoted JSON string.
-std::string quote(const std::string& s);
+/// Thrown by json_parse; `what()` is "line L, column C (byte offset O): message".
+struct JsonParseError : std::runtime_error {
+  JsonParseError(size_t offset, size_t line, size_t column, const std::string& message);
+  size_t offset, line, column;
+  std::string message;
+};
 
-}  // namespace pipeline::graph::json
+/// Parses exactly one JSON value (surrounding whitespace allowed, anything else after it is an error).
+JsonValue json_parse(std::string_view text);
+
+/// `s` as a quoted JSON string literal (control characters, quotes and backslashes escaped;
+/// other bytes, including invalid UTF-8, pass through unchanged).
+std::string json_quote(std::string_view s);
+
+}  // namespace pipeline

@@ -138,11 +138,11 @@ Verdict analyze(const Snapshot& s, double saturated) {
 std::string to_json(const Snapshot& s, const Verdict* v) {
   std::ostringstream os;
   os << std::setprecision(6);
-  os << "{\"t\":" << s.t_s << ",\"finished\":" << (s.finished ? "true" : "false") << ",\"status\":" << json::quote(s.status)
+  os << "{\"t\":" << s.t_s << ",\"finished\":" << (s.finished ? "true" : "false") << ",\"status\":" << json_quote(s.status)
      << ",\"stages\":[";
   for (size_t i = 0; i < s.stages.size(); ++i) {
     const auto& x = s.stages[i];
-    os << (i ? "," : "") << "{\"name\":" << json::quote(x.name) << ",\"type\":" << json::quote(x.type)
+    os << (i ? "," : "") << "{\"name\":" << json_quote(x.name) << ",\"type\":" << json_quote(x.type)
        << ",\"workers\":" << x.workers << ",\"source\":" << (x.source ? "true" : "false")
        << ",\"sink\":" << (x.sink ? "true" : "false") << ",\"own_thread\":" << (x.own_thread ? "true" : "false")
        << ",\"items_in\":" << x.items_in << ",\"items_out\":" << x.items_out << ",\"discarded\":" << x.discarded
@@ -154,8 +154,8 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
   os << "],\"queues\":[";
   for (size_t i = 0; i < s.queues.size(); ++i) {
     const auto& q = s.queues[i];
-    os << (i ? "," : "") << "{\"consumer\":" << json::quote(q.consumer) << ",\"producers\":[";
-    for (size_t j = 0; j < q.producers.size(); ++j) os << (j ? "," : "") << json::quote(q.producers[j]);
+    os << (i ? "," : "") << "{\"consumer\":" << json_quote(q.consumer) << ",\"producers\":[";
+    for (size_t j = 0; j < q.producers.size(); ++j) os << (j ? "," : "") << json_quote(q.producers[j]);
     os << "],\"capacity\":" << q.capacity << ",\"current\":" << q.current << ",\"high_water\":" << q.high_water
        << ",\"samples\":" << q.samples << ",\"mean\":" << q.mean << ",\"p50\":" << q.p50 << ",\"p95\":" << q.p95
        << ",\"max\":" << q.max_sampled << ",\"full\":" << q.full << ",\"empty\":" << q.empty
@@ -163,9 +163,9 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
   }
   os << "]";
   if (v) {
-    os << ",\"verdict\":{\"stage\":" << json::quote(v->stage) << ",\"kind\":" << json::quote(v->kind)
-       << ",\"text\":" << json::quote(v->text) << ",\"suggestion\":" << json::quote(v->suggestion) << ",\"notes\":[";
-    for (size_t j = 0; j < v->notes.size(); ++j) os << (j ? "," : "") << json::quote(v->notes[j]);
+    os << ",\"verdict\":{\"stage\":" << json_quote(v->stage) << ",\"kind\":" << json_quote(v->kind)
+       << ",\"text\":" << json_quote(v->text) << ",\"suggestion\":" << json_quote(v->suggestion) << ",\"notes\":[";
+    for (size_t j = 0; j < v->notes.size(); ++j) os << (j ? "," : "") << json_quote(v->notes[j]);
     os << "]}";
   }
   os << "}";
@@ -173,20 +173,25 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
 }
 
 Snapshot snapshot_from_json(const std::string& text) {
-  json::Value root = json::parse(text);
-  if (root.kind != json::Value::Kind::object) throw std::runtime_error("stats JSON: expected an object");
+  JsonValue root;
+  try {
+    root = json_parse(text);
+  } catch (const JsonParseError& e) {
+    throw std::runtime_error(std::string("stats JSON: ") + e.what());
+  }
+  if (root.type != JsonValue::Type::object) throw std::runtime_error("stats JSON: expected an object");
   Snapshot s;
   s.t_s = root.number("t");
-  s.finished = root.boolean("finished");
+  s.finished = root.flag("finished");
   s.status = root.string("status");
-  for (const auto& x : root["stages"].arr) {
+  for (const auto& x : root.array("stages")) {
     StageStats st;
     st.name = x.string("name");
     st.type = x.string("type");
     st.workers = static_cast<int>(x.number("workers", 1));
-    st.source = x.boolean("source");
-    st.sink = x.boolean("sink");
-    st.own_thread = x.boolean("own_thread");
+    st.source = x.flag("source");
+    st.sink = x.flag("sink");
+    st.own_thread = x.flag("own_thread");
     st.items_in = static_cast<uint64_t>(x.number("items_in"));
     st.items_out = static_cast<uint64_t>(x.number("items_out"));
     st.discarded = static_cast<uint64_t>(x.number("discarded"));
@@ -198,10 +203,10 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.window_busy = x.number("window_busy");
     s.stages.push_back(std::move(st));
   }
-  for (const auto& x : root["queues"].arr) {
+  for (const auto& x : root.array("queues")) {
     QueueStats q;
     q.consumer = x.string("consumer");
-    for (const auto& p : x["producers"].arr) q.producers.push_back(p.str);
+    for (const auto& p : x.array("producers")) q.producers.push_back(p.text);
     q.capacity = static_cast<int>(x.number("capacity"));
     q.current = static_cast<int>(x.number("current"));
     q.high_water = static_cast<int>(x.number("high_water"));

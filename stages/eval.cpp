@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "datasets/dataset_reader.h"
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 #include "datasets/tokenizer.h"
 #include "graph/stage.h"
 #include "model/autocast.h"
@@ -86,7 +86,7 @@ class Eval : public graph::Stage {
     if (!sample.empty()) text += "\n  sample: " + indent(sample);
     rc_.log->print(text);
     rc_.log->metric("{\"step\":" + std::to_string(r.eval->step) + ",\"val_loss\":" + std::to_string(val_loss) +
-                    ",\"sample\":" + datasets::json_quote(sample) + "}");
+                    ",\"sample\":" + json_quote(sample) + "}");
   }
 
  private:

@@ -5,7 +5,7 @@
 #include <ctime>
 #include <fstream>
 
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 #include "model/checkpoint.h"
 
 namespace pipeline::stages {
@@ -99,7 +99,7 @@ RunPlan plan_run(const RunRequest& req) {
       throw std::runtime_error(req.resume.string() + ": no checkpoint in " + (req.resume / "checkpoints").string() +
                                " to resume from");
     auto state = model::read_checkpoint(ckpt.string());
-    auto meta = datasets::json_parse(state.metadata);
+    auto meta = json_parse(state.metadata);
     auto cursor = meta.find("cursor");
     if (!cursor) throw std::runtime_error(ckpt.string() + ": checkpoint metadata has no data cursor");
     // Re-serialize the cursor member (json_lite keeps numbers as text).

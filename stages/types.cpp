@@ -6,7 +6,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 
 #ifdef PIPELINE_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -20,10 +20,10 @@ std::string DataCursor::to_json() const {
 }
 
 DataCursor DataCursor::from_json(const std::string& text) {
-  auto v = datasets::json_parse(text);
+  auto v = json_parse(text);
   auto num = [&](const char* key) -> uint64_t {
     auto m = v.find(key);
-    if (!m || m->type != datasets::JsonValue::Type::number)
+    if (!m || m->type != JsonValue::Type::number)
       throw std::runtime_error("data cursor " + text + ": expected a number for \"" + key + "\"");
     return std::stoull(m->text);
   };

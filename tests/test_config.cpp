@@ -9,10 +9,21 @@
 #include <unistd.h>
 
 #include "graph/config.h"
+#include "graph/json.h"
 
+using namespace pipeline;
 using namespace pipeline::config;
 
 namespace {
+
+std::string json_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const pipeline::JsonParseError& e) {
+    return e.what();
+  }
+  return {};
+}
 
 Schema model_schema() {
   Schema s("model");
@@ -205,4 +216,26 @@ TEST_CASE("to_toml writes sections that read back to the same values") {
   CHECK(again.get_bool("b"));
   CHECK(again.get_string_list("input") == std::vector<std::string>{"p", "q"});
   CHECK(contains(text, "[stages.x]"));
+}
+
+TEST_CASE("JSON: values, escapes, accessors, and errors with line, column and offset") {
+  JsonValue v = json_parse(R"({"a": [1, -2.5e3, true, null], "s": "x\"\u00e9\ud83d\ude00\n"})");
+  REQUIRE(v.type == JsonValue::Type::object);
+  CHECK(v.find("a")->items.size() == 4);
+  CHECK(v.find("a")->items[1].text == "-2.5e3");
+  CHECK(v.find("s")->text == "x\"\xc3\xa9\xf0\x9f\x98\x80\n");
+  CHECK(json_parse(json_quote(std::string("a\"\\\n\x01 b", 8))).text == std::string("a\"\\\n\x01 b", 8));
+  std::string err = json_error_of([] { json_parse("{\n  \"a\": 1,\n  \"b\" 2\n}"); });
+  CHECK(err.find("line 3, column 7") != std::string::npos);
+  CHECK(err.find("expected ':'") != std::string::npos);
+  CHECK(!json_error_of([] { json_parse("[1, 2] 3"); }).empty());
+  CHECK(!json_error_of([] { json_parse("01"); }).empty());
+  auto o = json_parse(R"({"n": 3.5, "b": true, "l": [1], "s": "t"})");
+  CHECK(o.number("n") == 3.5);
+  CHECK(o.number("missing", 7) == 7);
+  CHECK(o.flag("b"));
+  CHECK(o.string("s") == "t");
+  CHECK(o.string("n", "d") == "d");  // wrong type: the default
+  CHECK(o.array("l").size() == 1);
+  CHECK(o.array("s").empty());
 }

@@ -390,9 +390,9 @@ TEST_CASE("stats files: stats.jsonl, stats_summary.json and a Chrome trace") {
   std::ifstream tin(dir / "trace.json");
   std::stringstream ts;
   ts << tin.rdbuf();
-  json::Value trace = json::parse(ts.str());
+  pipeline::JsonValue trace = pipeline::json_parse(ts.str());
   size_t spans = 0;
-  for (const auto& ev : trace["traceEvents"].arr) spans += ev.string("ph") == "X";
+  for (const auto& ev : trace.array("traceEvents")) spans += ev.string("ph") == "X";
   CHECK(spans > 0);
   CHECK(spans <= 4 * 50 + 4 * 50);  // capped per worker (busy + blocked share the budget)
   std::filesystem::remove_all(dir);

@@ -17,14 +17,15 @@
 
 #include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
-#include "datasets/json_lite.h"
 #include "datasets/manifest.h"
 #include "datasets/prepare.h"
 #include "datasets/sha256.h"
 #include "datasets/shard.h"
+#include "graph/json.h"
 #include "datasets/tokenizer.h"
 
 namespace fs = std::filesystem;
+using namespace pipeline;
 using namespace pipeline::datasets;
 
 namespace {
@@ -173,20 +174,6 @@ TEST_CASE("sha256 matches the FIPS 180-4 test vectors") {
     left -= n;
   }
   CHECK(h.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-}
-
-TEST_CASE("json_lite parses values and reports line, column and offset") {
-  JsonValue v = json_parse(R"({"a": [1, -2.5e3, true, null], "s": "x\"\u00e9\ud83d\ude00\n"})");
-  REQUIRE(v.type == JsonValue::Type::object);
-  CHECK(v.find("a")->items.size() == 4);
-  CHECK(v.find("a")->items[1].text == "-2.5e3");
-  CHECK(v.find("s")->text == "x\"\xc3\xa9\xf0\x9f\x98\x80\n");
-  CHECK(json_parse(json_quote(std::string("a\"\\\n\x01 b", 8))).text == std::string("a\"\\\n\x01 b", 8));
-  std::string err = error_of([] { json_parse("{\n  \"a\": 1,\n  \"b\" 2\n}"); });
-  CHECK(err.find("line 3, column 7") != std::string::npos);
-  CHECK(err.find("expected ':'") != std::string::npos);
-  CHECK(!error_of([] { json_parse("[1, 2] 3"); }).empty());
-  CHECK(!error_of([] { json_parse("01"); }).empty());
 }
 
 TEST_CASE("text shard round trip keeps every byte and document boundary") {

@@ -2,7 +2,7 @@
 #include <iostream>
 
 #include "cli.h"
-#include "datasets/json_lite.h"
+#include "graph/json.h"
 #include "datasets/tokenizer.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"
@@ -12,12 +12,12 @@ namespace pipeline::cli {
 namespace {
 
 model::GPTConfig config_from_metadata(const std::string& meta, const std::string& path) {
-  auto v = datasets::json_parse(meta);
+  auto v = json_parse(meta);
   auto m = v.find("model");
   if (!m) throw std::runtime_error(path + ": checkpoint metadata has no \"model\" shape");
   auto num = [&](const char* k) -> double {
     auto f = m->find(k);
-    if (!f || f->type != datasets::JsonValue::Type::number)
+    if (!f || f->type != JsonValue::Type::number)
       throw std::runtime_error(path + ": checkpoint model shape lacks \"" + std::string(k) + "\"");
     return std::stod(f->text);
   };
