@@ -62,6 +62,10 @@ fi
 # 3. Configure once, then build incrementally. ccache makes rebuilds of fresh clones cheap;
 #    the sloppiness settings let it cache translation units that use precompiled headers.
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+# Paths relative to the checkout and no working directory in the hash: a fresh clone elsewhere
+# reuses what an earlier clone compiled.
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
+export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 WERROR=OFF; [[ ${PIPELINE_WERROR:-0} == 1 ]] && WERROR=ON
 if [[ ! -f $BUILD/build.ninja ]] || ! grep -q "PIPELINE_WERROR:BOOL=$WERROR" "$BUILD/CMakeCache.txt" 2>/dev/null; then
   say "configuring $BUILD"
