@@ -88,6 +88,7 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
 }
 
 void LiveView::on_snapshot(const Snapshot& s) {
+  if (!tty_ && !s.finished && s.t_s - last_line_t_ < opts_.line_interval_s) return;  // not due: skip the render
   std::string text = render(s, tty_);
   if (tty_) {
     std::string out;
@@ -96,7 +97,8 @@ void LiveView::on_snapshot(const Snapshot& s) {
     lines_drawn_ = 0;
     for (char c : text) lines_drawn_ += c == '\n';
     os_ << out << std::flush;
-  } else {
+  } else if (s.finished || s.t_s - last_line_t_ >= opts_.line_interval_s) {
+    last_line_t_ = s.t_s;
     os_ << text << std::flush;
   }
 }

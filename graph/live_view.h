@@ -16,6 +16,9 @@ struct LiveViewOptions {
   Mode mode = Mode::automatic;  // automatic: tty when the stream is a terminal (stderr/stdout)
   /// Extra text shown above the table (the run command's loss/tokens line); set via set_status.
   int bar_width = 30;
+  /// Line mode (not a terminal: logs, CI): seconds between lines, so a long run's log stays
+  /// readable. The final snapshot is always printed.
+  double line_interval_s = 10.0;
 };
 
 class LiveView {
@@ -33,6 +36,7 @@ class LiveView {
   LiveViewOptions opts_;
   bool tty_ = false;
   int lines_drawn_ = 0;
+  double last_line_t_ = -1e300;
   mutable std::mutex mu_;
   std::string status_;
 };

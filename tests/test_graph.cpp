@@ -2,6 +2,7 @@
 // own-thread stages, fan-out, run-directory files and config errors, with synthetic stages.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -370,9 +371,15 @@ TEST_CASE("stats files: stats.jsonl, stats_summary.json and a Chrome trace") {
   {
     Engine e(chain(200, {1.0, 0.5}, 1, 4), {.report_interval = 50ms, .run_dir = dir, .trace_events_per_worker = 50});
     std::ostringstream live;
-    LiveView view(e, live, {.mode = LiveViewOptions::Mode::line});
+    LiveView view(e, live, {.mode = LiveViewOptions::Mode::line, .line_interval_s = 0});
+    std::ostringstream sparse;  // a line at most every 1e9 s: the first report and the final one
+    LiveView quiet(e, sparse, {.mode = LiveViewOptions::Mode::line, .line_interval_s = 1e9});
     with_timeout([&] { e.run(); });
     CHECK(live.str().find("bottleneck") != std::string::npos);
+    auto lines = [](const std::string& t) { return std::count(t.begin(), t.end(), '\n'); };
+    CHECK(lines(live.str()) > 2);
+    CHECK(lines(sparse.str()) == 2);
+    CHECK(sparse.str().find("bottleneck") != std::string::npos);
   }
   for (const char* f : {"stats.jsonl", "stats_summary.json", "trace.json"}) {
     INFO(f);
