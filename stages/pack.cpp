@@ -46,7 +46,7 @@ class Pack : public graph::Stage {
 
  private:
   struct Mark {
-    datasets::DatasetPosition pos;
+    SourcePosition pos;
     int64_t offset;  // index in pending_ of the chunk's first token (negative once consumed past)
   };
 

@@ -1,5 +1,9 @@
 // read_shards: the source of a training graph. Streams documents from the text shards of a
-// prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position.
+// prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position;
+// or, with `mix`, from several datasets drawn by weight (reproducible and resumable).
+#include <optional>
+
+#include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"
@@ -7,19 +11,61 @@
 namespace pipeline::stages {
 namespace {
 
+// "PATH=WEIGHT" (WEIGHT > 0; "PATH" alone weighs 1), PATH resolved like [data] dataset.
+datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& rc, const std::string& stage) {
+  datasets::MixSource src;
+  auto eq = entry.rfind('=');
+  std::string path = eq == std::string::npos ? entry : entry.substr(0, eq);
+  if (eq != std::string::npos) {
+    const std::string w = entry.substr(eq + 1);
+    size_t used = 0;
+    try {
+      src.weight = std::stod(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || !(src.weight > 0))
+      throw std::invalid_argument("[stages." + stage + "] mix: \"" + entry +
+                                  "\": expected PATH=WEIGHT with a weight > 0, got weight '" + w + "'");
+  }
+  src.dir = resolve_data_path(path, rc.cfg.file, rc.cfg.source_dir);
+  return src;
+}
+
 class ReadShards : public graph::Stage {
  public:
   explicit ReadShards(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
-    reader_.open(dir, split, rc_.start.pos, rc_.cfg.data.loop);
+    const auto& mix = ctx.options.get_string_list("mix");
+    if (mix.empty()) {
+      if (rc_.start.pos.mixed)
+        throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
+                                    "] mix is empty");
+      reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop);
+      return;
+    }
+    std::vector<datasets::MixSource> sources;
+    for (const auto& e : mix) sources.push_back(parse_mix_entry(e, rc_, ctx.name));
+    datasets::MixPosition start = rc_.start.pos.mixed ? rc_.start.pos.mix : datasets::MixPosition{};
+    if (rc_.start.pos.mixed && start.sources.size() != sources.size())
+      throw std::invalid_argument("the checkpoint's data position mixes " + std::to_string(start.sources.size()) +
+                                  " datasets, [stages." + ctx.name + "] mix names " + std::to_string(sources.size()));
+    mixed_.emplace();
+    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start);
   }
 
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
     TextDocument doc;
-    doc.pos = reader_.position();
-    if (!reader_.next(doc.text)) return false;
+    if (mixed_) {
+      doc.pos.mixed = true;
+      doc.pos.mix = mixed_->position();
+      mixed_->next(doc.text);  // mixed sources loop: never runs dry
+    } else {
+      doc.pos.pos = reader_.position();
+      if (!reader_.next(doc.text)) return false;
+    }
     out.emit(std::move(doc));
     return true;
   }
@@ -27,16 +73,20 @@ class ReadShards : public graph::Stage {
  private:
   RunContext& rc_;
   datasets::TextDatasetReader reader_;
+  std::optional<datasets::MixedTextReader> mixed_;
 };
 
 PIPELINE_STAGE(read_shards,
                {.name = "read_shards",
-                .doc = "reads documents from the text shards of a prepared dataset, in order, resumably",
+                .doc = "reads documents from the text shards of a prepared dataset (or a weighted mix), in order, resumably",
                 .input = graph::no_port(),
                 .output = graph::port<TextDocument>("documents"),
                 .options = config::Schema()
                                .string("dataset", "", "dataset directory (empty: [data] dataset)")
-                               .string("split", "", "split to read (empty: [data] train_split)"),
+                               .string("split", "", "split to read (empty: [data] train_split)")
+                               .string_list("mix", std::vector<std::string>{},
+                                            "datasets mixed by weight, as [\"PATH=WEIGHT\", ...]; documents are "
+                                            "drawn from source i with probability weight_i / sum (empty: no mix)"),
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadShards>()});
 

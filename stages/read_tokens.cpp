@@ -13,13 +13,15 @@ class ReadTokens : public graph::Stage {
       : rc_(require_run_context(ctx.name)), chunk_(static_cast<size_t>(ctx.options.get_int("chunk_tokens"))) {
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
-    reader_.open(dir, split, rc_.start.pos, rc_.cfg.data.loop);
+    if (rc_.start.pos.mixed)
+      throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
+    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop);
   }
 
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
     TokenChunk c;
-    c.pos = reader_.position();
+    c.pos.pos = reader_.position();
     c.tokens.resize(chunk_);
     size_t n = reader_.read(c.tokens);
     if (n == 0) return false;

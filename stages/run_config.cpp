@@ -85,9 +85,20 @@ const config::Schema& schema_of(const std::string& name) {
 
 }  // namespace
 
+fs::path resolve_data_path(const fs::path& path, const fs::path& config_file, const fs::path& source_dir) {
+  if (!path.is_relative()) return path;
+  // Relative to the config file first, then to the source tree, so the bundled configs work
+  // from any working directory.
+  fs::path cfg_dir = config_file.parent_path();
+  for (const fs::path& base : {fs::current_path(), cfg_dir, cfg_dir / "..", source_dir})
+    if (fs::exists(base / path)) return fs::weakly_canonical(base / path);
+  return path;
+}
+
 RunConfig resolve_run_config(const config::Document& doc, const fs::path& source_dir) {
   RunConfig rc;
   rc.file = doc.file();
+  rc.source_dir = source_dir;
   auto sec = [&](const std::string& name) {
     rc.sections.push_back(doc.resolve(name, schema_of(name)));
     return rc.sections.back();
@@ -102,18 +113,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
               m.get_int("block_size"), m.get_int("vocab_size"), m.get_float("dropout"), m.get_bool("bias")};
 
   auto d = sec("data");
-  fs::path ds = d.get_string("dataset");
-  if (ds.is_relative()) {
-    // A dataset path is read relative to the config file first, then to the source tree, so the
-    // bundled configs work from any working directory.
-    fs::path cfg_dir = fs::path(doc.file()).parent_path();
-    for (const fs::path& base : {fs::current_path(), cfg_dir, cfg_dir / "..", source_dir}) {
-      if (fs::exists(base / ds)) {
-        ds = fs::weakly_canonical(base / ds);
-        break;
-      }
-    }
-  }
+  fs::path ds = resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
   if (!fs::exists(ds / "manifest.json"))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`)");

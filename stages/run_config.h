@@ -76,6 +76,7 @@ struct LoggingSection {
 
 struct RunConfig {
   std::filesystem::path file;
+  std::filesystem::path source_dir;
   RunSection run;
   ModelSection model;
   DataSection data;
@@ -90,6 +91,11 @@ struct RunConfig {
 /// The schema of each run section, by name (run, model, data, training, optimizer, eval,
 /// checkpoint, logging).
 const std::vector<config::Schema>& run_schemas();
+
+/// A dataset path as written in a config: absolute, or relative to the working directory, the
+/// config file's directory (and its parent), or the source tree, whichever holds it first.
+std::filesystem::path resolve_data_path(const std::filesystem::path& path, const std::filesystem::path& config_file,
+                                        const std::filesystem::path& source_dir);
 
 /// Resolves every run section of `doc` (marking them known) and checks cross-key constraints.
 /// Relative dataset paths are taken from the config file's directory, then from the source tree.

@@ -102,16 +102,11 @@ RunPlan plan_run(const RunRequest& req) {
     auto meta = json_parse(state.metadata);
     auto cursor = meta.find("cursor");
     if (!cursor) throw std::runtime_error(ckpt.string() + ": checkpoint metadata has no data cursor");
-    // Re-serialize the cursor member (json_lite keeps numbers as text).
-    auto num = [&](const char* k) {
-      auto m = cursor->find(k);
-      if (!m) throw std::runtime_error(ckpt.string() + ": checkpoint cursor lacks \"" + std::string(k) + "\"");
-      return std::stoull(m->text);
-    };
-    ctx->start.pos.shard = static_cast<uint32_t>(num("shard"));
-    ctx->start.pos.item = num("item");
-    ctx->start.pos.epoch = num("epoch");
-    ctx->start.skip = num("skip");
+    try {
+      ctx->start = DataCursor::from_json(*cursor);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(ckpt.string() + ": " + e.what());
+    }
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
     ctx->run_dir = req.resume;

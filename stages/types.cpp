@@ -6,7 +6,6 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "graph/json.h"
 
 #ifdef PIPELINE_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -14,24 +13,60 @@
 
 namespace pipeline::stages {
 
-std::string DataCursor::to_json() const {
-  return "{\"shard\":" + std::to_string(pos.shard) + ",\"item\":" + std::to_string(pos.item) +
-         ",\"epoch\":" + std::to_string(pos.epoch) + ",\"skip\":" + std::to_string(skip) + "}";
+namespace {
+
+std::string position_json(const datasets::DatasetPosition& p) {
+  return "{\"shard\":" + std::to_string(p.shard) + ",\"item\":" + std::to_string(p.item) +
+         ",\"epoch\":" + std::to_string(p.epoch) + "}";
 }
 
-DataCursor DataCursor::from_json(const std::string& text) {
-  auto v = json_parse(text);
-  auto num = [&](const char* key) -> uint64_t {
-    auto m = v.find(key);
-    if (!m || m->type != JsonValue::Type::number)
-      throw std::runtime_error("data cursor " + text + ": expected a number for \"" + key + "\"");
-    return std::stoull(m->text);
-  };
+uint64_t cursor_number(const JsonValue& v, const char* key) {
+  auto m = v.find(key);
+  if (!m || m->type != JsonValue::Type::number || m->text.find_first_not_of("0123456789") != std::string::npos)
+    throw std::runtime_error(std::string("data cursor: expected a non-negative integer for \"") + key + "\"");
+  return std::stoull(m->text);
+}
+
+datasets::DatasetPosition position_from_json(const JsonValue& v) {
+  datasets::DatasetPosition p;
+  p.shard = static_cast<uint32_t>(cursor_number(v, "shard"));
+  p.item = cursor_number(v, "item");
+  p.epoch = cursor_number(v, "epoch");
+  return p;
+}
+
+}  // namespace
+
+std::string SourcePosition::str() const {
+  if (!mixed) return pos.str();
+  std::string out = "mix: " + std::to_string(mix.draws) + " documents drawn;";
+  for (size_t i = 0; i < mix.sources.size(); ++i) out += " [" + std::to_string(i) + "] " + mix.sources[i].str();
+  return out;
+}
+
+std::string DataCursor::to_json() const {
+  std::string out = position_json(pos.pos);
+  out.pop_back();
+  if (pos.mixed) {
+    out += ",\"mix\":{\"draws\":" + std::to_string(pos.mix.draws) + ",\"sources\":[";
+    for (size_t i = 0; i < pos.mix.sources.size(); ++i) out += (i ? "," : "") + position_json(pos.mix.sources[i]);
+    out += "]}";
+  }
+  return out + ",\"skip\":" + std::to_string(skip) + "}";
+}
+
+DataCursor DataCursor::from_json(const JsonValue& v) {
+  if (v.type != JsonValue::Type::object) throw std::runtime_error("data cursor: expected an object");
   DataCursor c;
-  c.pos.shard = static_cast<uint32_t>(num("shard"));
-  c.pos.item = num("item");
-  c.pos.epoch = num("epoch");
-  c.skip = num("skip");
+  c.pos.pos = position_from_json(v);
+  c.skip = cursor_number(v, "skip");
+  if (auto m = v.find("mix")) {
+    datasets::MixPosition mp;
+    mp.draws = cursor_number(*m, "draws");
+    for (const auto& s : m->array("sources")) mp.sources.push_back(position_from_json(s));
+    c.pos.mixed = true;
+    c.pos.mix = std::move(mp);
+  }
   return c;
 }
 

@@ -16,36 +16,48 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
+#include "graph/json.h"
 #include "model/checkpoint.h"
 #include "model/gpt2.h"
 #include "stages/run_config.h"
 
 namespace pipeline::stages {
 
+/// A reader position: one dataset's, or, when read_shards mixes several datasets by weight,
+/// the mix's (documents drawn and each source's position).
+struct SourcePosition {
+  datasets::DatasetPosition pos;
+  bool mixed = false;         // (not std::optional: GCC 12 warns falsely on optional<vector> moves)
+  datasets::MixPosition mix;  // when mixed
+  std::string str() const;
+};
+
 /// Where the token stream continues: open the reader at `pos`, then drop the first `skip`
 /// tokens it yields (tokens of a document or chunk that an earlier batch already used).
 struct DataCursor {
-  datasets::DatasetPosition pos;
+  SourcePosition pos;
   uint64_t skip = 0;
   std::string to_json() const;
-  static DataCursor from_json(const std::string& text);  // throws std::runtime_error
+  static DataCursor from_json(const JsonValue& v);  // throws std::runtime_error naming the field
 };
 
 /// One document read from a text shard; `pos` is the reader position before it.
 struct TextDocument {
   std::string text;
-  datasets::DatasetPosition pos;
+  SourcePosition pos;
 };
 
 /// Tokens in stream order; `pos` is the reader position where they start. A chunk that begins
 /// a document starts with <|endoftext|> (50256), as GPT-2 separates documents.
 struct TokenChunk {
   std::vector<uint16_t> tokens;
-  datasets::DatasetPosition pos;
+  SourcePosition pos;
 };
 
 /// Owner of one pinned host buffer of a fixed pool. Destroying the handle returns the buffer;

@@ -220,6 +220,27 @@ TEST_CASE("a stop request ends the run with a checkpoint from which it resumes e
   fs::remove_all(root);
 }
 
+TEST_CASE("a weighted mix of datasets trains and resumes exactly") {
+  auto root = temp_dir("mix");
+  std::string input = kTextInput;
+  const std::string plain = "type = \"read_shards\"\n";
+  input.replace(input.find(plain), plain.size(),
+                plain + "mix = [\"" + kData + "text=3\", \"" + kData + "tokens/../text=1\"]\n");
+  auto full = run(tiny_config(root / "full", input), root / "full");
+  REQUIRE(full.losses.size() == 8);
+  auto part = run(tiny_config(root / "part", input), root / "part");
+  fs::remove(root / "part" / "checkpoints" / "step_00000008.ckpt");
+  fs::remove(root / "part" / "metrics.jsonl");
+  auto resumed = run("", root / "part", {}, root / "part");
+  REQUIRE(resumed.losses.size() == 4);
+  for (int64_t s = 5; s <= 8; ++s) CHECK(resumed.losses[s] == full.losses[s]);
+
+  auto bad = error_of([&] { run(tiny_config(root / "b", input), root / "b", {"stages.read.mix=[\"x=0\"]"}); });
+  CHECK(contains(bad, "mix"));
+  CHECK(contains(bad, "weight > 0"));
+  fs::remove_all(root);
+}
+
 TEST_CASE("clear errors: missing dataset, wrong port, unknown stage type, bad model") {
   auto root = temp_dir("errors");
   auto missing = error_of([&] { run(tiny_config(root / "m", kTextInput, "/nonexistent/dataset"), root / "m"); });

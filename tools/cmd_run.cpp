@@ -113,14 +113,14 @@ int run_main(const std::vector<std::string>& args) {
   }
   if (failed) {
     std::cerr << "pipeline run: error: " << failure << "\n";
-    if (!ckpt.empty()) std::cerr << "last checkpoint: " << ckpt << " (continue with --resume " << ctx.run_dir.string() << ")\n";
+    if (!ckpt.empty()) std::cerr << "last checkpoint: " << ckpt << " (continue with: pipeline run --resume " << ctx.run_dir.string() << ")\n";
     return 1;
   }
   if (engine.stop_requested() || done < ctx.cfg.training.steps) {
     std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps << ".";
     if (!ckpt.empty())
-      std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run " << plan.config_path.string()
-                << " --resume " << ctx.run_dir.string() << "\n";
+      std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run --resume " << ctx.run_dir.string()
+                << "   (it reads the run's own config.toml, --set overrides included)\n";
     else
       std::cout << " No checkpoint was written.\n";
     return engine.stop_requested() ? 130 : 0;
