@@ -13,6 +13,7 @@
 
 #include "graph/engine.h"
 #include "stages/run_setup.h"
+#include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>
@@ -22,107 +23,7 @@ using namespace pipeline;
 
 namespace {
 
-fs::path temp_dir(const std::string& tag) {
-  static int counter = 0;
-  auto d = fs::temp_directory_path() / ("pipeline_stages_" + std::to_string(::getpid()) + "_" + tag + "_" +
-                                        std::to_string(counter++));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-const std::string kData = std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/";
-
-// A tiny model on the bundled data; `input` is the TOML of the input side.
-std::string tiny_config(const fs::path& run_dir, const std::string& input, const std::string& dataset = kData + "text") {
-  std::ostringstream os;
-  os << "[run]\ndir = \"" << run_dir.string() << "\"\nseed = 7\ndevice = \"cpu\"\n"
-     << "[model]\npreset = \"tiny\"\n"
-     << "[data]\ndataset = \"" << dataset << "\"\n"
-     << "[training]\nsteps = 8\nbatch_size = 2\nseq_len = 32\ndtype = \"fp32\"\n"
-     << "[optimizer]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup_steps = 2\n"
-     << "[eval]\nevery = 0\n"
-     << "[checkpoint]\nevery = 4\nkeep = 10\n"
-     << "[logging]\nlive = \"off\"\ntrace = false\nstats_interval_ms = 5\n"
-     << input
-     << "[stages.train]\ntype = \"train\"\ninput = \"h2d\"\ncapacity = 2\n"
-     << "[stages.log]\ntype = \"log\"\ninput = \"train\"\ncapacity = 64\n"
-     << "[stages.checkpoint]\ntype = \"checkpoint\"\ninput = \"train\"\ncapacity = 4\n";
-  return os.str();
-}
-
-const std::string kTextInput =
-    "[stages.read]\ntype = \"read_shards\"\n"
-    "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\nworkers = 2\ncapacity = 8\n"
-    "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 8\n"
-    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
-    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
-
-const std::string kTokenInput =
-    "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
-    "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
-    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
-    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
-
-struct RunResult {
-  std::map<int64_t, std::string> losses;  // step -> loss as logged (%.9g: exact for fp32)
-  fs::path dir;
-  int64_t last_step = 0;
-  std::string checkpoint;
-};
-
-std::map<int64_t, std::string> read_losses(const fs::path& dir) {
-  std::map<int64_t, std::string> out;
-  std::ifstream in(dir / "metrics.jsonl");
-  std::string line;
-  while (std::getline(in, line)) {
-    auto l = line.find("\"loss\":");
-    if (l == std::string::npos) continue;
-    int64_t step = std::stoll(line.substr(line.find("\"step\":") + 7));
-    auto start = l + 7;
-    out[step] = line.substr(start, line.find(',', start) - start);
-  }
-  return out;
-}
-
-// Runs a config in-process as `pipeline run` does; `during` runs on a side thread while the
-// graph runs (e.g. to request a stop).
-RunResult run(const std::string& toml, const fs::path& run_dir, std::vector<std::string> overrides = {},
-              fs::path resume = {}, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
-  auto cfg = run_dir.parent_path() / (run_dir.filename().string() + ".toml");
-  std::ofstream(cfg) << toml;
-  stages::RunRequest req;
-  req.config = resume.empty() ? cfg.string() : "";
-  req.overrides = std::move(overrides);
-  req.resume = resume;
-  req.source_dir = PIPELINE_SOURCE_DIR;
-  auto plan = stages::plan_run(req);
-  stages::set_run_context(plan.ctx);
-  graph::EngineOptions opts;
-  opts.run_dir = plan.ctx->run_dir;
-  opts.trace = false;
-  opts.sample_interval = std::chrono::milliseconds(5);
-  {
-    graph::Engine engine(plan.spec, opts);
-    std::thread side;
-    if (during) side = std::thread([&] { during(engine, *plan.ctx); });
-    try {
-      engine.run();
-    } catch (...) {
-      if (side.joinable()) side.join();
-      stages::set_run_context(nullptr);
-      throw;
-    }
-    if (side.joinable()) side.join();
-  }
-  stages::set_run_context(nullptr);
-  RunResult r;
-  r.dir = plan.ctx->run_dir;
-  r.losses = read_losses(r.dir);
-  r.last_step = plan.ctx->last_step.load();
-  r.checkpoint = plan.ctx->checkpoint_written;
-  return r;
-}
+using namespace train_harness;
 
 std::string error_of(const std::function<void()>& f) {
   try {
