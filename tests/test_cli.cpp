@@ -3,6 +3,8 @@
 // process is killed with SIGKILL while it writes checkpoints.
 #include <doctest/doctest.h>
 
+#include "test_util.h"
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -17,6 +19,8 @@
 namespace fs = std::filesystem;
 
 namespace {
+
+using test_util::contains;
 
 struct Result {
   int code = -1;
@@ -35,8 +39,6 @@ Result sh(const std::string& args) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 fs::path temp_dir(const std::string& tag) {
   auto d = fs::temp_directory_path() / ("pipeline_cli_" + std::to_string(::getpid()) + "_" + tag);

@@ -2,6 +2,8 @@
 // input rejected with a message naming the file, line, key and what was expected.
 #include <doctest/doctest.h>
 
+#include "test_util.h"
+
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,6 +17,8 @@ using namespace pipeline;
 using namespace pipeline::config;
 
 namespace {
+
+using test_util::contains;
 
 std::string json_error_of(const std::function<void()>& f) {
   try {
@@ -43,8 +47,6 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 }  // namespace
 

@@ -24,10 +24,14 @@
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>
 
+#include "test_util.h"
+
 namespace m = pipeline::model;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test_util::error_of;
 
 // One intra-op thread: the models here are tiny, so OpenMP barriers cost more than they save,
 // all the more on a shared 2-core machine.
@@ -41,15 +45,6 @@ double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 m::GPTConfig tiny(int64_t vocab = 50257) { return m::GPTConfig::preset("tiny").with_vocab(vocab); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
 
 fs::path temp_dir() {
   auto dir = fs::temp_directory_path() / ("pipeline_test_model_" + std::to_string(::getpid()));

@@ -3,6 +3,8 @@
 // message (naming the file and the byte offset or line) for every way a dataset can be bad.
 #include <doctest/doctest.h>
 
+#include "test_util.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +31,8 @@ using namespace pipeline;
 using namespace pipeline::datasets;
 
 namespace {
+
+using test_util::error_of;
 
 struct TempDir {
   fs::path path;
@@ -57,16 +61,6 @@ void write_file(const fs::path& p, std::string_view data) {
   fs::create_directories(p.parent_path());
   std::ofstream out(p, std::ios::binary | std::ios::trunc);
   out.write(data.data(), static_cast<std::streamsize>(data.size()));
-}
-
-// The message of the DatasetError (or other std::exception) that f throws; "" if none.
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
 }
 
 std::vector<std::string> read_all_text(const fs::path& dir, const std::string& split, DatasetReaderOptions o = {}) {

@@ -18,23 +18,17 @@
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>
 
+#include "test_util.h"
+
 namespace fs = std::filesystem;
 using namespace pipeline;
 
 namespace {
 
+using test_util::contains;
+using test_util::error_of;
+
 using namespace train_harness;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 // Trains `input` for 8 steps twice; the second run is taken back to its step-4 checkpoint, as
 // if it had stopped there, and resumed: steps 5..8 must give the same losses, bit for bit.
