@@ -330,8 +330,9 @@ void EmitterImpl::emit(Item item) {
   item.set_seq(st->seq.fetch_add(1, std::memory_order_relaxed));
   size_t n = st->outputs.size();
   for (size_t i = 0; i < n; ++i) {
-    bool ok = (i + 1 == n) ? st->outputs[i]->push(std::move(item), c) : st->outputs[i]->push(Item(item), c);
-    if (!ok) throw Cancelled();
+    const auto& accepts = eng->stages_[st->consumers[i]]->type->accepts;
+    if (accepts && !accepts(item)) continue;
+    if (!st->outputs[i]->push(Item(item), c)) throw Cancelled();
   }
   bump<uint64_t>(c->out, 1);
 }

@@ -30,6 +30,54 @@ std::string type_name_of(std::type_index t) {
   return out;
 }
 
+ResourcePool::ResourcePool(int size) : size_(size), out_(static_cast<size_t>(std::max(size, 0)), false) {
+  if (size < 1) throw std::invalid_argument("ResourcePool: size must be >= 1, got " + std::to_string(size));
+  for (int i = size - 1; i >= 0; --i) free_.push_back(i);
+}
+
+int ResourcePool::acquire() {
+  std::unique_lock lock(mu_);
+  freed_.wait(lock, [&] { return !free_.empty(); });
+  int i = free_.back();
+  free_.pop_back();
+  out_[static_cast<size_t>(i)] = true;
+  return i;
+}
+
+std::optional<int> ResourcePool::try_acquire() {
+  std::lock_guard lock(mu_);
+  if (free_.empty()) return std::nullopt;
+  int i = free_.back();
+  free_.pop_back();
+  out_[static_cast<size_t>(i)] = true;
+  return i;
+}
+
+void ResourcePool::release(int index) {
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(mu_);
+    if (index < 0 || index >= size_ || !out_[static_cast<size_t>(index)])
+      throw std::logic_error("ResourcePool::release(" + std::to_string(index) + "): not handed out (size " +
+                             std::to_string(size_) + ")");
+    out_[static_cast<size_t>(index)] = false;
+    free_.push_back(index);
+    hook = on_release_;
+  }
+  freed_.notify_one();
+  if (hook) hook();
+}
+
+int ResourcePool::free_count() const {
+  std::lock_guard lock(mu_);
+  return static_cast<int>(free_.size());
+}
+
+void ResourcePool::set_on_release(std::function<void()> fn) {
+  std::lock_guard lock(mu_);
+  on_release_ = std::move(fn);
+}
+
 std::string Item::type_name_of_index(std::type_index t) { return type_name_of(t); }
 
 namespace {

@@ -17,9 +17,12 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -155,6 +158,45 @@ struct StageContext {
   const config::Section& options;  // common keys + the type's own keys, validated
 };
 
+/// A fixed set of interchangeable resources (pinned host buffers, say), numbered 0..size-1, that
+/// gates the stage owning it (Stage::resource_pool): the engine hands that stage an input only
+/// while a resource is free and reserves one for the invocation, so process() never waits for
+/// one. Resources are given back with release(), from any thread (a CUDA host callback
+/// included), which lets the engine admit the next input.
+///
+/// Example (a stage that fills pooled buffers):
+///   std::shared_ptr<graph::ResourcePool> resource_pool() override { return pool_; }
+///   void process(graph::Item in, graph::Emitter& out) override {
+///     int slot = pool_->acquire();  // the one reserved for this input
+///     ...  // whoever finishes with buffer `slot` calls pool_->release(slot)
+///   }
+class ResourcePool {
+ public:
+  explicit ResourcePool(int size);
+  ResourcePool(const ResourcePool&) = delete;
+  ResourcePool& operator=(const ResourcePool&) = delete;
+  int size() const { return size_; }
+  /// Takes the resource reserved for the current invocation (one per admitted input). Throws
+  /// std::logic_error when called twice in one invocation without try_acquire's fallback.
+  int acquire();
+  /// Takes another free resource if there is one now (never waits).
+  std::optional<int> try_acquire();
+  /// Gives a resource back. Never blocks; any thread.
+  void release(int index);
+  int free_count() const;
+
+  /// Engine side: called once per release, after the resource is free again.
+  void set_on_release(std::function<void()> fn);
+
+ private:
+  int size_;
+  mutable std::mutex mu_;
+  std::condition_variable freed_;
+  std::vector<int> free_;
+  std::vector<bool> out_;  // per index: handed out
+  std::function<void()> on_release_;
+};
+
 /// Base class of every stage instance. One instance per stage; with workers > 1, process() is
 /// called concurrently from several threads and must be thread-safe (use out.worker() for
 /// per-worker state). Sources override produce(), the others process().
@@ -173,6 +215,9 @@ class Stage {
   /// End of stream (input drained or stop): flush what is pending. Called once, after the last
   /// process(), on the stage's own thread when it has one. May emit. Not called after a failure.
   virtual void finalize(Emitter& /*out*/) {}
+  /// A pool whose free resources gate this stage's inputs (see ResourcePool); null: none.
+  /// Asked once, after construction.
+  virtual std::shared_ptr<ResourcePool> resource_pool() { return nullptr; }
 };
 
 enum class OnStop {
@@ -191,6 +236,10 @@ struct StageType {
   bool ordered = false;     // needs its input in sequence order (the engine guarantees it)
   int max_workers = 0;      // 0 = no limit; 1 for stateful stages such as pack
   OnStop on_stop = OnStop::finish;
+  /// Routing filter: which of its producer's items this stage wants (null: all). An item a
+  /// consumer does not want never enters its queue, so a consumer that only acts on some items
+  /// (eval on steps that carry eval weights) never holds its producer back on the others.
+  std::function<bool(const Item&)> accepts = {};
   std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};
 };
 

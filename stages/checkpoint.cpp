@@ -61,6 +61,7 @@ PIPELINE_STAGE(checkpoint, {.name = "checkpoint",
                             .own_thread = true,
                             .ordered = true,
                             .max_workers = 1,
+                            .accepts = [](const graph::Item& it) { return it.get<StepResult>().checkpoint != nullptr; },
                             .factory = graph::make_factory<Checkpoint>()});
 
 }  // namespace

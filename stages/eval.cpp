@@ -151,6 +151,7 @@ PIPELINE_STAGE(eval, {.name = "eval",
                       .own_thread = true,
                       .ordered = true,
                       .max_workers = 1,
+                      .accepts = [](const graph::Item& it) { return it.get<StepResult>().eval != nullptr; },
                       .factory = graph::make_factory<Eval>()});
 
 }  // namespace
