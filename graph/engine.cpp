@@ -221,6 +221,7 @@ struct StageRt {
   std::condition_variable turn_cv;
   uint64_t next_turn = 0;
   std::atomic<int64_t> end_ns{0};
+  std::atomic<int64_t> device_wait_ns{0}, device_busy_ns{0};
 
   bool source() const { return type->input.none(); }
   bool sink() const { return type->output.none(); }
@@ -361,6 +362,11 @@ void EmitterImpl::release_turn() {
 
 void Emitter::emit_item(Item item) { impl_->emit(std::move(item)); }
 bool Emitter::stop_requested() const { return impl_->eng->stop_level_.load(std::memory_order_relaxed) > 0; }
+void Emitter::add_device_wait(std::chrono::nanoseconds d) { impl_->st->device_wait_ns.fetch_add(d.count()); }
+void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d) {
+  for (auto& p : impl_->eng->stages_)
+    if (p->spec.name == stage) p->device_busy_ns.fetch_add(d.count());
+}
 
 // ---------------------------------------------------------------------------------------------
 // Building: validation with messages that name stages and keys
@@ -937,6 +943,8 @@ Snapshot EngineImpl::snapshot(bool finished, bool advance_window) const {
       last = std::max(last, end);
     }
     x.wall_s = first ? (last - first) / 1e9 : 0;
+    x.device_wait_s = st.device_wait_ns.load(std::memory_order_relaxed) / 1e9;
+    x.device_busy_s = st.device_busy_ns.load(std::memory_order_relaxed) / 1e9;
     uint64_t items = x.source ? x.items_out : x.items_in;
     if (!last_report_.items.empty() && window_s > 0) {
       x.window_items_per_s = (items - last_report_.items[k]) / window_s;

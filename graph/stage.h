@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -137,6 +138,13 @@ class Emitter {
   int worker() const { return worker_; }
   /// True once stop() was requested: sources return false from produce() when they see it.
   bool stop_requested() const;
+  /// This invocation spent `d` waiting for the device (a CUDA event): the stats count it as
+  /// `device wait`, not as busy time.
+  void add_device_wait(std::chrono::nanoseconds d);
+  /// Device (GPU) time spent on behalf of stage `stage`, measured with device events by
+  /// whichever stage reads them (log reads train's): the stats show it as that stage's
+  /// GPU-busy share. Unknown stage names are ignored.
+  void add_device_busy(const std::string& stage, std::chrono::nanoseconds d);
 
  private:
   EmitterImpl* impl_;

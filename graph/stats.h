@@ -18,6 +18,8 @@ struct StageStats {
   uint64_t items_in = 0, items_out = 0, discarded = 0;
   double busy_s = 0, starved_s = 0, blocked_s = 0;  // summed over workers
   double wall_s = 0;                                // seconds the stage's workers have existed (per worker)
+  double device_wait_s = 0;  // part of busy_s spent waiting on the device (Emitter::add_device_wait)
+  double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
   // Over the last report window (live view): rate and busy share.
   double window_items_per_s = 0, window_busy = 0;
 
