@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <charconv>
 
+#include "datasets/llmc_reader.h"
+
 namespace pipeline::datasets {
 
 std::string DatasetPosition::str() const {
@@ -150,12 +152,28 @@ size_t TextDatasetReader::memory_high_water() const {
   return std::max(c_.high_water_, c_.reader_ ? c_.reader_->memory_high_water() : 0);
 }
 
+TokenDatasetReader::TokenDatasetReader() = default;
+TokenDatasetReader::~TokenDatasetReader() = default;
+TokenDatasetReader::TokenDatasetReader(TokenDatasetReader&&) noexcept = default;
+TokenDatasetReader& TokenDatasetReader::operator=(TokenDatasetReader&&) noexcept = default;
+
 void TokenDatasetReader::open(const std::filesystem::path& manifest_dir, const std::string& split,
                               DatasetPosition start, bool loop, DatasetReaderOptions options) {
+  llmc_.reset();
+  if (is_llmc_dataset(manifest_dir)) {
+    llmc_ = std::make_unique<LlmcSplitReader>();
+    llmc_->open(manifest_dir, split, start, loop);
+    return;
+  }
   c_.open(manifest_dir, split, start, loop, options, ShardKind::tokens);
 }
 
+DatasetPosition TokenDatasetReader::position() const { return llmc_ ? llmc_->position() : c_.position_; }
+
+const Manifest& TokenDatasetReader::manifest() const { return llmc_ ? llmc_->manifest() : c_.manifest_; }
+
 size_t TokenDatasetReader::read(std::span<uint16_t> out) {
+  if (llmc_) return llmc_->read(out);
   size_t filled = 0;
   while (filled < out.size()) {
     ShardReader* r = c_.current();

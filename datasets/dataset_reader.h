@@ -80,20 +80,29 @@ class TextDatasetReader {
   detail::SplitCursor c_;
 };
 
-/// Token ids (uint16, an EOT 50256 before every document) of one split.
+class LlmcSplitReader;
+
+/// Token ids (uint16, an EOT 50256 before every document) of one split: of a prepared token
+/// dataset, or of a directory of llm.c shards (detected by open(), read by LlmcSplitReader).
 class TokenDatasetReader {
  public:
+  TokenDatasetReader();
+  ~TokenDatasetReader();
+  TokenDatasetReader(TokenDatasetReader&&) noexcept;
+  TokenDatasetReader& operator=(TokenDatasetReader&&) noexcept;
+
   void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start = {},
             bool loop = false, DatasetReaderOptions options = {});
   /// Fills `out` as far as the data goes, crossing shard (and, when looping, epoch) boundaries;
   /// returns the count, 0 only at the end of a non-looping split.
   size_t read(std::span<uint16_t> out);
-  DatasetPosition position() const { return c_.position_; }
-  const Manifest& manifest() const { return c_.manifest_; }
+  DatasetPosition position() const;
+  const Manifest& manifest() const;
   size_t memory_high_water() const;
 
  private:
   detail::SplitCursor c_;
+  std::unique_ptr<LlmcSplitReader> llmc_;  // set when the directory holds llm.c shards
 };
 
 }  // namespace pipeline::datasets

@@ -12,6 +12,8 @@
 //   }
 // }
 // "text_bytes" is recorded for text shards, "tokens" (EOT separators included) for token shards.
+// A directory of llm.c shards has no manifest.json: Manifest::load derives one from the shards'
+// names and headers (format llmc, see llmc_reader.h).
 #pragma once
 
 #include <cstdint>
@@ -36,8 +38,12 @@ struct ShardInfo {
   std::string sha256;
 };
 
+/// How the shards are stored: this project's zstd shards, or llm.c's raw .bin shards.
+enum class DatasetFormat { pipeline, llmc };
+
 struct Manifest {
   uint32_t version = kManifestVersion;
+  DatasetFormat format = DatasetFormat::pipeline;
   ShardKind kind = ShardKind::text;
   std::string created_by;
   uint64_t seed = 0;
@@ -51,7 +57,8 @@ struct Manifest {
   std::string to_json() const;
   /// `source` names the file in error messages.
   static Manifest parse(std::string_view json, const std::string& source);
-  /// Reads dir/manifest.json (or `dir` itself when it is a file).
+  /// Reads dir/manifest.json (or `dir` itself when it is a file); for a directory of llm.c
+  /// shards without one, derives it from the shards (llmc_manifest).
   static Manifest load(const std::filesystem::path& dir);
   void save(const std::filesystem::path& dir) const;
 };

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "graph/json.h"
+#include "datasets/llmc_shard.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"
 
@@ -114,21 +116,27 @@ void read_documents(const fs::path& path, DocumentRule rule, const EmitFn& emit,
   if (in.bad()) throw DatasetError(path.string() + ": read error");
 }
 
-// Writes one split's shards, rolling over to a new shard at the size limit.
+// Writes one split's shards, rolling over to a new shard at the size limit: zstd shards, or
+// llm.c .bin shards when o.llmc.
 class SplitWriter {
  public:
-  SplitWriter(fs::path dir, std::string split, const PrepareOptions& o)
-      : dir_(std::move(dir)), split_(std::move(split)), o_(o) {}
+  SplitWriter(fs::path dir, std::string split, const PrepareOptions& o, std::string llmc_prefix = {})
+      : dir_(std::move(dir)), split_(std::move(split)), o_(o), llmc_prefix_(std::move(llmc_prefix)) {}
 
   void add(std::string_view text) {
     open_if_needed();
     cur_->add_document(text);
-    roll_if_full();
+    roll_if_full(cur_->payload_bytes());
   }
   void add(std::span<const uint32_t> tokens) {
     open_if_needed();
-    cur_->add_document(tokens);
-    roll_if_full();
+    if (llmc_) {
+      llmc_->add_document(tokens);
+      roll_if_full(2 * llmc_->tokens());
+    } else {
+      cur_->add_document(tokens);
+      roll_if_full(cur_->payload_bytes());
+    }
   }
   std::vector<ShardInfo> finish() {
     close_current();
@@ -137,7 +145,12 @@ class SplitWriter {
 
  private:
   void open_if_needed() {
-    if (cur_) return;
+    if (cur_ || llmc_) return;
+    if (o_.llmc) {
+      name_ = llmc_shard_name(llmc_prefix_, split_, shards_.size());
+      llmc_ = std::make_unique<LlmcShardWriter>(dir_ / name_);
+      return;
+    }
     char name[64];
     std::snprintf(name, sizeof name, "%s_%05zu.%s.zst", split_.c_str(), shards_.size(),
                   o_.tokens ? "tokens" : "text");
@@ -145,10 +158,17 @@ class SplitWriter {
     cur_ = std::make_unique<ShardWriter>(dir_ / name_, o_.tokens ? ShardKind::tokens : ShardKind::text,
                                          ShardWriterOptions{.level = o_.level});
   }
-  void roll_if_full() {
-    if (cur_->payload_bytes() >= o_.shard_size) close_current();
+  void roll_if_full(uint64_t payload_bytes) {
+    if (payload_bytes >= o_.shard_size) close_current();
   }
   void close_current() {
+    if (llmc_) {
+      const uint64_t tokens = llmc_->tokens(), documents = llmc_->documents();
+      const uint64_t bytes = llmc_->finish();
+      llmc_.reset();
+      shards_.push_back(ShardInfo{name_, bytes, documents, tokens, ""});
+      return;
+    }
     if (!cur_) return;
     ShardWriter::Summary s = cur_->finish();
     cur_.reset();
@@ -158,10 +178,22 @@ class SplitWriter {
   fs::path dir_;
   std::string split_;
   const PrepareOptions& o_;
+  std::string llmc_prefix_;
   std::unique_ptr<ShardWriter> cur_;
+  std::unique_ptr<LlmcShardWriter> llmc_;
   std::string name_;
   std::vector<ShardInfo> shards_;
 };
+
+// The llm.c file name prefix: the option, else the output directory's name, kept to
+// [A-Za-z0-9_-] so names stay portable.
+std::string llmc_prefix_of(const PrepareOptions& o) {
+  std::string p = o.llmc_prefix.empty() ? fs::absolute(o.out_dir).lexically_normal().filename().string() : o.llmc_prefix;
+  if (p.empty()) p = "data";
+  for (char& c : p)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  return p;
+}
 
 class Progress {
  public:
@@ -191,6 +223,8 @@ class Progress {
 bool is_our_output(const fs::path& p) {
   std::string n = p.filename().string();
   if (n == kManifestFileName) return true;
+  if (n.ends_with(".bin") && (n.find("_train_") != std::string::npos || n.find("_val_") != std::string::npos))
+    return true;  // llm.c shards
   for (const char* split : {"train_", "val_"})
     for (const char* ext : {".text.zst", ".tokens.zst"}) {
       std::string_view s(n), e(ext);
@@ -290,12 +324,13 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const Prepare
   result.input_files = files.size();
   prepare_out_dir(o);
 
-  SplitWriter train(o.out_dir, "train", o), val(o.out_dir, "val", o);
+  const std::string prefix = o.llmc ? llmc_prefix_of(o) : std::string();
+  SplitWriter train(o.out_dir, "train", o, prefix), val(o.out_dir, "val", o, prefix);
   Progress progress(o.progress, result.input_bytes);
   uint64_t bytes_done = 0, doc_index = 0;
 
   // Token mode batches documents so tokenizing can run on several threads.
-  const Tokenizer* tok = o.tokens ? &Tokenizer::gpt2() : nullptr;
+  const Tokenizer* tok = o.tokens || o.llmc ? &Tokenizer::gpt2() : nullptr;
   unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
   constexpr size_t kBatchBytes = size_t(8) << 20;
   std::vector<std::string> batch;
@@ -339,14 +374,15 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const Prepare
   if (tok && !batch.empty()) flush_batch();
 
   Manifest& m = result.manifest;
-  m.kind = o.tokens ? ShardKind::tokens : ShardKind::text;
+  m.format = o.llmc ? DatasetFormat::llmc : DatasetFormat::pipeline;
+  m.kind = tok ? ShardKind::tokens : ShardKind::text;
   m.created_by = "pipeline prepare";
   m.seed = o.seed;
   m.val_fraction = o.val_fraction;
   m.split_rule = document_rule_name(o.rule);
   m.splits["train"] = train.finish();
   m.splits["val"] = val.finish();
-  m.save(o.out_dir);
+  if (!o.llmc) m.save(o.out_dir);  // llm.c directories carry no manifest
   result.documents = doc_index;
   progress.update(bytes_done, doc_index, /*final=*/true);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

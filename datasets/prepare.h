@@ -20,6 +20,11 @@
 // plus 4 per document, or 2 per token); documents are never split across shards. Names are
 // "<split>_<NNNNN>.<text|tokens>.zst". manifest.json is written last, so a directory with a
 // manifest is a complete dataset.
+//
+// llm.c format (llmc = true): token shards in llm.c's .bin layout (datasets/llmc_shard.h), named
+// "<prefix>_<split>_<NNNNNN>.bin", with no manifest (llm.c directories carry none; readers derive
+// it from the names and headers). Each shard appears complete or not at all (written to .tmp,
+// renamed once its header holds the final count).
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,8 @@ DocumentRule parse_document_rule(std::string_view name);
 struct PrepareOptions {
   std::filesystem::path out_dir;                 // required
   bool tokens = false;                           // token shards (GPT-2 BPE) instead of text shards
+  bool llmc = false;                             // llm.c .bin token shards (implies tokens)
+  std::string llmc_prefix;                       // llm.c file name prefix ("": out_dir's name)
   uint64_t shard_size = uint64_t(128) << 20;     // uncompressed payload bytes per shard
   double val_fraction = 0.1;                     // share of documents in "val", in [0, 1)
   uint64_t seed = 1337;

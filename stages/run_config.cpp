@@ -1,6 +1,8 @@
 // Schemas and resolution of the run sections of a pipeline TOML (see run_config.h).
 #include "stages/run_config.h"
 
+#include "datasets/llmc_shard.h"
+
 namespace pipeline::stages {
 
 namespace fs = std::filesystem;
@@ -24,10 +26,15 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("block_size", 0, "longest context the model supports (0: the preset's)", 0, 1 << 20)
         .integer("vocab_size", 50257, "vocabulary size; the embedding is padded up to a multiple of 64", 1, 1 << 24)
         .floating("dropout", 0.0, "dropout probability", 0.0, 1.0)
-        .boolean("bias", true, "biases in linear layers and LayerNorms");
+        .boolean("bias", true, "biases in linear layers and LayerNorms")
+        .string("init_from", "",
+                "a Hugging Face GPT-2 directory (config.json + model.safetensors, e.g. from `pipeline export` or "
+                "transformers' save_pretrained) whose shape and weights the run starts from (empty: fresh weights)");
     s.emplace_back("data");
     s.back()
-        .string("dataset", std::nullopt, "prepared dataset directory (with manifest.json), from `pipeline prepare`")
+        .string("dataset", std::nullopt,
+                "prepared dataset directory (with manifest.json, from `pipeline prepare`), or a directory of llm.c / "
+                "modded-nanogpt token shards (*_train_*.bin, *_val_*.bin)")
         .string("train_split", "train", "split used for training")
         .string("val_split", "val", "split used for evaluation")
         .boolean("loop", true, "start the next epoch at the end of the data instead of stopping");
@@ -69,7 +76,10 @@ const std::vector<config::Schema>& run_schemas() {
                 {"auto", "tty", "line", "off"})
         .integer("stats_interval_ms", 50, "queue occupancy sampling period", 1, 60000)
         .boolean("trace", true, "write a Chrome trace (trace.json) of stage activity")
-        .floating("peak_tflops", 989.0, "device peak (dense bf16 TFLOP/s) used for MFU", 0.001, 1e6);
+        .floating("peak_tflops", 989.0, "device peak (dense bf16 TFLOP/s) used for MFU", 0.001, 1e6)
+        .boolean("tensorboard", false,
+                 "write TensorBoard event files into the run directory (loss, val loss, lr, grad norm, tokens/s, MFU, "
+                 "each stage's busy share and each queue's occupancy): tensorboard --logdir runs/");
     return s;
   }();
   return schemas;
@@ -110,13 +120,21 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),
-              m.get_int("block_size"), m.get_int("vocab_size"), m.get_float("dropout"), m.get_bool("bias")};
+              m.get_int("block_size"), m.get_int("vocab_size"), m.get_float("dropout"), m.get_bool("bias"), {}};
+  if (const auto& init = m.get_string("init_from"); !init.empty()) {
+    rc.model.init_from = resolve_data_path(init, doc.file(), source_dir);
+    if (!fs::exists(rc.model.init_from / "config.json"))
+      throw m.error("init_from", "no Hugging Face model at '" + rc.model.init_from.string() +
+                                     "' (expected a directory with config.json and model.safetensors, as "
+                                     "`pipeline export` or save_pretrained write them)");
+  }
 
   auto d = sec("data");
   fs::path ds = resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
-  if (!fs::exists(ds / "manifest.json"))
+  if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
-                                 "' (expected a directory with manifest.json, made by `pipeline prepare`)");
+                                 "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "
+                                 "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin)");
   rc.data = {ds, d.get_string("train_split"), d.get_string("val_split"), d.get_bool("loop")};
 
   auto t = sec("training");
@@ -139,7 +157,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto l = sec("logging");
   rc.logging = {l.get_int("every"), l.get_string("live"), l.get_int("stats_interval_ms"), l.get_bool("trace"),
-                l.get_float("peak_tflops")};
+                l.get_float("peak_tflops"), l.get_bool("tensorboard")};
   return rc;
 }
 

@@ -26,10 +26,11 @@ struct ModelSection {
   int64_t vocab_size = 50257;
   double dropout = 0.0;
   bool bias = true;
+  std::filesystem::path init_from;  // a Hugging Face GPT-2 directory to start from ("" = fresh weights)
 };
 
 struct DataSection {
-  std::filesystem::path dataset;      // a prepared dataset directory (manifest.json inside)
+  std::filesystem::path dataset;      // a prepared dataset directory (manifest.json inside), or llm.c shards
   std::string train_split = "train";
   std::string val_split = "val";
   bool loop = true;                   // wrap around to the next epoch at the end of the data
@@ -72,6 +73,7 @@ struct LoggingSection {
   int64_t stats_interval_ms = 50;  // queue occupancy sampling period
   bool trace = true;               // write trace.json
   double peak_tflops = 989.0;      // device peak for MFU (H100 SXM dense bf16)
+  bool tensorboard = false;        // TensorBoard event files in the run directory
 };
 
 struct RunConfig {

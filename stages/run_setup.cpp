@@ -7,6 +7,7 @@
 
 #include "graph/json.h"
 #include "model/checkpoint.h"
+#include "model/hf_gpt2.h"
 
 namespace pipeline::stages {
 
@@ -28,22 +29,84 @@ fs::path latest_checkpoint(const fs::path& run_dir) {
   return best;
 }
 
+fs::path checkpoint_file(const fs::path& file_or_run_dir) {
+  if (!fs::is_directory(file_or_run_dir)) return file_or_run_dir;
+  auto latest = latest_checkpoint(file_or_run_dir);
+  if (latest.empty())
+    throw std::runtime_error(file_or_run_dir.string() + ": no checkpoint in " + (file_or_run_dir / "checkpoints").string());
+  return latest;
+}
+
 namespace {
+
+const config::Section& run_section(const RunConfig& rc, const std::string& name) {
+  for (const auto& s : rc.sections)
+    if (s.name() == name) return s;
+  throw std::logic_error("run section [" + name + "] was not resolved");
+}
+
+// With init_from the shape is the Hugging Face model's; [model] keys set in the config must agree
+// with it (block_size may be smaller: the position table is cropped for a shorter context).
+model::GPTConfig init_from_config(const RunConfig& rc) {
+  const auto& sec = run_section(rc, "model");
+  model::GPTConfig m;
+  try {
+    m = model::read_hf_config(rc.model.init_from);
+  } catch (const std::exception& e) {
+    throw sec.error("init_from", e.what());
+  }
+  const int64_t hf_block = m.block_size;
+  auto agree = [&](const char* key, int64_t set, int64_t hf) {
+    if (sec.was_set(key) && set != 0 && set != hf)
+      throw sec.error(key, std::to_string(set) + " disagrees with " + (rc.model.init_from / "config.json").string() +
+                               " (" + std::to_string(hf) + "); leave it unset to take the model's");
+  };
+  if (sec.was_set("preset")) {
+    model::GPTConfig p;
+    try {
+      p = model::GPTConfig::preset(rc.model.preset);
+    } catch (const std::exception& e) {
+      throw sec.error("preset", e.what());
+    }
+    if (p.n_layer != m.n_layer || p.n_head != m.n_head || p.n_embd != m.n_embd)
+      throw sec.error("preset", "\"" + rc.model.preset + "\" is not the shape of " + rc.model.init_from.string() + " (" +
+                                    std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) + " heads, width " +
+                                    std::to_string(m.n_embd) + "); leave it unset to take the model's");
+  }
+  agree("n_layer", rc.model.n_layer, m.n_layer);
+  agree("n_head", rc.model.n_head, m.n_head);
+  agree("n_embd", rc.model.n_embd, m.n_embd);
+  agree("vocab_size", rc.model.vocab_size, m.vocab_size);
+  if (rc.model.block_size) {
+    if (rc.model.block_size > hf_block)
+      throw sec.error("block_size", std::to_string(rc.model.block_size) + " exceeds the n_positions " +
+                                        std::to_string(hf_block) + " of " + rc.model.init_from.string());
+    m.block_size = rc.model.block_size;
+  }
+  if (sec.was_set("bias") && !rc.model.bias)
+    throw sec.error("bias", "false, but a Hugging Face GPT-2 has biases");
+  m.dropout = rc.model.dropout;
+  return m;
+}
 
 model::GPTConfig model_config(const RunConfig& rc) {
   model::GPTConfig m;
-  try {
-    m = model::GPTConfig::preset(rc.model.preset);
-  } catch (const std::exception& e) {
-    throw config::ConfigError(rc.file.string() + ": [model] preset: " + e.what());
+  if (!rc.model.init_from.empty()) {
+    m = init_from_config(rc);
+  } else {
+    try {
+      m = model::GPTConfig::preset(rc.model.preset);
+    } catch (const std::exception& e) {
+      throw config::ConfigError(rc.file.string() + ": [model] preset: " + e.what());
+    }
+    if (rc.model.n_layer) m.n_layer = rc.model.n_layer;
+    if (rc.model.n_head) m.n_head = rc.model.n_head;
+    if (rc.model.n_embd) m.n_embd = rc.model.n_embd;
+    if (rc.model.block_size) m.block_size = rc.model.block_size;
+    m.with_vocab(rc.model.vocab_size);
+    m.dropout = rc.model.dropout;
+    m.bias = rc.model.bias;
   }
-  if (rc.model.n_layer) m.n_layer = rc.model.n_layer;
-  if (rc.model.n_head) m.n_head = rc.model.n_head;
-  if (rc.model.n_embd) m.n_embd = rc.model.n_embd;
-  if (rc.model.block_size) m.block_size = rc.model.block_size;
-  m.with_vocab(rc.model.vocab_size);
-  m.dropout = rc.model.dropout;
-  m.bias = rc.model.bias;
   try {
     m.validate();
   } catch (const std::exception& e) {

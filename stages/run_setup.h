@@ -38,4 +38,8 @@ RunPlan plan_run(const RunRequest& req);
 /// The newest checkpoint in RUN_DIR/checkpoints (empty path when there is none).
 std::filesystem::path latest_checkpoint(const std::filesystem::path& run_dir);
 
+/// A checkpoint named on a command line: a .ckpt file as given, or a run directory's newest.
+/// Throws std::runtime_error when a directory holds none.
+std::filesystem::path checkpoint_file(const std::filesystem::path& file_or_run_dir);
+
 }  // namespace pipeline::stages

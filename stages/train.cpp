@@ -7,6 +7,7 @@
 
 #include "graph/stage.h"
 #include "model/autocast.h"
+#include "model/hf_gpt2.h"
 #include "model/optim.h"
 #include "model/schedule.h"
 #include "stages/types.h"
@@ -41,6 +42,7 @@ class Train : public graph::Stage {
     }
 #endif
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(cfg.run.seed));
+    if (rc_.resume_from.empty() && !cfg.model.init_from.empty()) model::load_hf_weights(model_, cfg.model.init_from);
     model_->to(rc_.device);
     model_->train();
     model::AdamWOptions o;

@@ -113,6 +113,12 @@ void RunLog::metric(const std::string& json) {
   std::fputs(json.c_str(), metrics_);
   std::fputc('\n', metrics_);
   std::fflush(metrics_);
+  if (listener_) listener_(json);
+}
+
+void RunLog::set_metric_listener(std::function<void(const std::string&)> l) {
+  std::lock_guard<std::mutex> lock(mu_);
+  listener_ = std::move(l);
 }
 
 void RunLog::set_printer(std::function<void(const std::string&)> p) {

@@ -111,15 +111,17 @@ class RunLog {
   RunLog& operator=(const RunLog&) = delete;
   /// Prints a line on stdout (through the live view's hook when one is installed).
   void print(const std::string& line);
-  /// Appends one JSON object line to metrics.jsonl.
+  /// Appends one JSON object line to metrics.jsonl, and hands it to the metric listener.
   void metric(const std::string& json);
   void set_printer(std::function<void(const std::string&)> p);
+  /// Receives every metrics line after it is written (the TensorBoard log), under the log's lock.
+  void set_metric_listener(std::function<void(const std::string&)> l);
 
  private:
   std::mutex mu_;
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;
-  std::function<void(const std::string&)> printer_;
+  std::function<void(const std::string&)> printer_, listener_;
 };
 
 /// Run-wide state shared by the stages of one training graph.

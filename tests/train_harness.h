@@ -14,6 +14,7 @@
 
 #include "graph/engine.h"
 #include "stages/run_setup.h"
+#include "stages/tensorboard_log.h"
 
 namespace train_harness {
 
@@ -102,6 +103,7 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   opts.sample_interval = std::chrono::milliseconds(5);
   {
     graph::Engine engine(plan.spec, opts);
+    auto tensorboard = stages::TensorBoardLog::attach(engine, *plan.ctx);
     std::thread side;
     if (during) side = std::thread([&] { during(engine, *plan.ctx); });
     try {

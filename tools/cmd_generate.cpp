@@ -2,36 +2,14 @@
 #include <iostream>
 
 #include "cli.h"
-#include "graph/json.h"
 #include "datasets/tokenizer.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_config.h"
 #include "model/generate.h"
 #include "stages/run_setup.h"
 
 namespace pipeline::cli {
 namespace {
-
-model::GPTConfig config_from_metadata(const std::string& meta, const std::string& path) {
-  auto v = json_parse(meta);
-  auto m = v.find("model");
-  if (!m) throw std::runtime_error(path + ": checkpoint metadata has no \"model\" shape");
-  auto num = [&](const char* k) -> double {
-    auto f = m->find(k);
-    if (!f || f->type != JsonValue::Type::number)
-      throw std::runtime_error(path + ": checkpoint model shape lacks \"" + std::string(k) + "\"");
-    return std::stod(f->text);
-  };
-  model::GPTConfig c;
-  c.n_layer = static_cast<int64_t>(num("n_layer"));
-  c.n_head = static_cast<int64_t>(num("n_head"));
-  c.n_embd = static_cast<int64_t>(num("n_embd"));
-  c.block_size = static_cast<int64_t>(num("block_size"));
-  c.with_vocab(static_cast<int64_t>(num("vocab_size")));
-  if (auto b = m->find("bias")) c.bias = b->boolean;
-  c.dropout = 0.0;
-  c.validate();
-  return c;
-}
 
 int generate_main(const std::vector<std::string>& args) {
   std::string ckpt, prompt = "\n";
@@ -73,14 +51,10 @@ int generate_main(const std::vector<std::string>& args) {
     }
   }
   if (ckpt.empty()) throw std::invalid_argument("--checkpoint PATH is required (a .ckpt file or a run directory)");
-  if (std::filesystem::is_directory(ckpt)) {
-    auto latest = stages::latest_checkpoint(ckpt);
-    if (latest.empty()) throw std::runtime_error(ckpt + ": no checkpoint in " + ckpt + "/checkpoints");
-    ckpt = latest.string();
-  }
+  ckpt = stages::checkpoint_file(ckpt).string();
   if (so.n_tokens < 0 || so.top_k < 0) throw std::invalid_argument("--tokens and --top-k must not be negative");
   auto state = model::read_checkpoint(ckpt);
-  auto cfg = config_from_metadata(state.metadata, ckpt);
+  auto cfg = model::checkpoint_model_config(state.metadata, ckpt);
   model::GPT gpt(cfg);
   model::restore(state, gpt, nullptr, /*restore_rng=*/false);
   gpt->eval();

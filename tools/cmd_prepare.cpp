@@ -27,6 +27,10 @@ options:
   --out DIR            output directory (created; must be empty unless --force)
   --tokens             write GPT-2 token shards (uint16 ids, EOT 50256 before every document)
                        instead of text shards, so training skips tokenization
+  --format F           text (default), tokens (= --tokens), or llmc: GPT-2 token shards in
+                       llm.c / modded-nanogpt's .bin layout, named PREFIX_{train,val}_NNNNNN.bin,
+                       without manifest.json (what llm.c's own scripts produce)
+  --llmc-prefix P      file name prefix of llmc shards (default: DIR's name)
   --split RULE         how plain text files become documents (default blank-lines):
                          blank-lines  runs of non-blank lines, separated by blank lines
                          lines        one document per non-blank line
@@ -43,6 +47,7 @@ options:
 
 example:
   pipeline prepare ../shared/data/tinyshakespeare.txt --out data/shakespeare --tokens
+  pipeline prepare ../shared/data/tinyshakespeare.txt --out data/shakespeare_llmc --format llmc
 )";
 
 std::string need_value(const std::vector<std::string>& args, size_t& i) {
@@ -74,6 +79,17 @@ int prepare_main(const std::vector<std::string>& args) {
       o.out_dir = need_value(args, i);
     } else if (a == "--tokens") {
       o.tokens = true;
+    } else if (a == "--format") {
+      std::string f = need_value(args, i);
+      if (f == "tokens") {
+        o.tokens = true;
+      } else if (f == "llmc") {
+        o.llmc = true;
+      } else if (f != "text") {
+        throw std::invalid_argument("--format " + f + ": expected text, tokens or llmc");
+      }
+    } else if (a == "--llmc-prefix") {
+      o.llmc_prefix = need_value(args, i);
     } else if (a == "--split") {
       o.rule = pipeline::datasets::parse_document_rule(need_value(args, i));
     } else if (a == "--val-fraction") {
@@ -118,7 +134,7 @@ int prepare_main(const std::vector<std::string>& args) {
   auto r = pipeline::datasets::prepare_dataset(inputs, o);
   if (!quiet) {
     const auto& m = r.manifest;
-    const char* unit = o.tokens ? "tokens" : "text bytes";
+    const char* unit = o.tokens || o.llmc ? "tokens" : "text bytes";
     std::fprintf(stderr, "prepare: %llu files, %.1f MB in %.2f s -> %s\n", (unsigned long long)r.input_files,
                  r.input_bytes / 1e6, r.seconds, o.out_dir.c_str());
     for (const auto& [split, shards] : m.splits) {

@@ -8,6 +8,7 @@
 #include "graph/live_view.h"
 #include "graph/stats.h"
 #include "stages/run_setup.h"
+#include "stages/tensorboard_log.h"
 
 namespace pipeline::cli {
 namespace {
@@ -72,6 +73,7 @@ int run_main(const std::vector<std::string>& args) {
   opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
   opts.trace = ctx.cfg.logging.trace;
   graph::Engine engine(plan.spec, opts);
+  auto tensorboard = stages::TensorBoardLog::attach(engine, ctx);  // [logging] tensorboard
 
   graph::LiveViewOptions vo;
   const auto& live = ctx.cfg.logging.live;

@@ -1,0 +1,66 @@
+// The TensorBoard log of a training run (see tensorboard_log.h).
+#include "stages/tensorboard_log.h"
+
+#include <atomic>
+#include <charconv>
+#include <cstdlib>
+
+#include "graph/json.h"
+#include "graph/tensorboard.h"
+
+namespace pipeline::stages {
+
+struct TensorBoardLog::State {
+  explicit State(const std::filesystem::path& dir) : writer(dir) {}
+  graph::TensorBoardWriter writer;
+  std::atomic<int64_t> stats_step{0};  // last step a snapshot was written at
+};
+
+bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pair<std::string, double>>& scalars) {
+  JsonValue v;
+  try {
+    v = json_parse(json);
+  } catch (const JsonParseError&) {
+    return false;
+  }
+  const JsonValue* s = v.find("step");
+  if (!s || s->type != JsonValue::Type::number) return false;
+  auto [p, ec] = std::from_chars(s->text.data(), s->text.data() + s->text.size(), step);
+  if (ec != std::errc() || p != s->text.data() + s->text.size()) return false;
+  const bool eval = v.find("val_loss") != nullptr;
+  scalars.clear();
+  for (const auto& [key, value] : v.members) {
+    if (key == "step" || value.type != JsonValue::Type::number) continue;
+    std::string name = key;
+    if (eval && name.starts_with("val_")) name = name.substr(4);
+    scalars.emplace_back((eval ? "val/" : "train/") + name, std::strtod(value.text.c_str(), nullptr));
+  }
+  return true;
+}
+
+std::unique_ptr<TensorBoardLog> TensorBoardLog::attach(graph::Engine& engine, RunContext& ctx) {
+  if (!ctx.cfg.logging.tensorboard || ctx.run_dir.empty() || !ctx.log) return nullptr;
+  std::unique_ptr<TensorBoardLog> log(new TensorBoardLog(ctx));
+  auto state = std::make_shared<State>(ctx.run_dir);
+  state->stats_step = ctx.start_step;
+  log->state_ = state;
+  ctx.log->set_metric_listener([state](const std::string& json) {
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> scalars;
+    if (metric_scalars(json, step, scalars)) state->writer.add_scalars(step, scalars);
+  });
+  engine.add_observer([state, &ctx](const graph::Snapshot& s) {
+    // One point per training step at most: TensorBoard treats a step that goes back as a restart.
+    const int64_t step = ctx.last_step.load();
+    if (step <= state->stats_step.load()) return;
+    state->stats_step = step;
+    state->writer.add_scalars(step, graph::snapshot_scalars(s));
+  });
+  return log;
+}
+
+TensorBoardLog::~TensorBoardLog() {
+  if (ctx_.log) ctx_.log->set_metric_listener(nullptr);
+}
+
+}  // namespace pipeline::stages

@@ -1,0 +1,88 @@
+// `pipeline export CHECKPOINT --out DIR`: a trained model as a Hugging Face GPT-2 directory that
+// transformers loads as it is (model/hf_gpt2.h: weights and config; datasets/hf_tokenizer.h:
+// tokenizer). Argument parsing and reporting only.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <stdexcept>
+
+#include "cli.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_config.h"
+#include "model/hf_gpt2.h"
+#include "stages/run_setup.h"
+
+namespace pipeline::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kUsage = R"(usage: pipeline export CHECKPOINT --out DIR [--dtype fp32|fp16|bf16] [--no-tokenizer]
+
+Writes the model of a training checkpoint as a Hugging Face transformers GPT-2 directory:
+  model.safetensors        weights under GPT2LMHeadModel's names (Conv1D layout, vocabulary
+                           un-padded, lm_head tied to the token embedding)
+  config.json, generation_config.json
+  vocab.json, merges.txt, tokenizer.json, tokenizer_config.json   (the GPT-2 tokenizer)
+Each file is written to a temporary name and renamed, so DIR never holds a half-written file.
+
+CHECKPOINT is a .ckpt file or a run directory (its newest checkpoint).
+  --out DIR         output directory (created; existing files of these names are replaced)
+  --dtype D         storage dtype of the weights: fp32 (default, exact), fp16 or bf16
+  --no-tokenizer    write the model files only
+
+Then, in Python:
+  from transformers import GPT2LMHeadModel, AutoTokenizer
+  model = GPT2LMHeadModel.from_pretrained("DIR"); tok = AutoTokenizer.from_pretrained("DIR")
+and `[model] init_from = "DIR"` fine-tunes from it here.
+)";
+
+int export_main(const std::vector<std::string>& args) {
+  fs::path ckpt, out;
+  model::HfDtype dtype = model::HfDtype::f32;
+  bool tokenizer = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> const std::string& {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value (see pipeline export --help)");
+      return args[++i];
+    };
+    if (a == "--out") {
+      out = value();
+    } else if (a == "--dtype") {
+      dtype = model::parse_hf_dtype(value());
+    } else if (a == "--no-tokenizer") {
+      tokenizer = false;
+    } else if (a.starts_with("-")) {
+      throw std::invalid_argument("unknown option " + a + " (see pipeline export --help)");
+    } else if (ckpt.empty()) {
+      ckpt = a;
+    } else {
+      throw std::invalid_argument("one CHECKPOINT expected, got a second: " + a);
+    }
+  }
+  if (ckpt.empty()) throw std::invalid_argument("no CHECKPOINT given (see pipeline export --help)");
+  if (out.empty()) throw std::invalid_argument("--out DIR is required (see pipeline export --help)");
+  if (fs::exists(out) && !fs::is_directory(out)) throw std::invalid_argument(out.string() + ": exists and is not a directory");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path file = stages::checkpoint_file(ckpt);
+  auto state = model::read_checkpoint(file.string());
+  const model::GPTConfig cfg = model::checkpoint_model_config(state.metadata, file.string());
+  const auto t1 = std::chrono::steady_clock::now();
+  const uint64_t bytes = model::write_hf_model(out, cfg, state.model, dtype);
+  if (tokenizer) model::write_hf_tokenizer(out, cfg.block_size);
+  const auto t2 = std::chrono::steady_clock::now();
+  std::fprintf(stderr,
+               "export: %s (step %lld, %lld parameters) -> %s\n"
+               "  model.safetensors %.1f MB; read %.2f s, written %.2f s\n",
+               file.c_str(), static_cast<long long>(state.step), static_cast<long long>(cfg.num_parameters()),
+               out.c_str(), static_cast<double>(bytes) / 1e6, std::chrono::duration<double>(t1 - t0).count(),
+               std::chrono::duration<double>(t2 - t1).count());
+  return 0;
+}
+
+PIPELINE_COMMAND({"export", "write a checkpoint as a Hugging Face transformers GPT-2 directory", kUsage, &export_main});
+
+}  // namespace
+}  // namespace pipeline::cli
