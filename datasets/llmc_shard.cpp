@@ -12,6 +12,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "datasets/manifest.h"
 #include "datasets/shard.h"

@@ -12,7 +12,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "graph/tensorboard_event.pb.h"
+#include "tensorboard_event.pb.h"  // generated from graph/tensorboard_event.proto
 
 namespace pipeline::graph {
 

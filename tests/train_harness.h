@@ -1,5 +1,6 @@
-// Shared by the training-graph tests (test_stages, test_train_gpu): a tiny GPT-2 config on the
-// bundled data, and an in-process run of it as `pipeline run` does it, returning the logged losses.
+// Shared by the training-graph tests (test_stages, test_train_gpu, test_interop): a tiny GPT-2
+// config on the bundled data, an in-process run of it as `pipeline run` does it, returning the
+// logged losses, and the exact-resume check.
 #pragma once
 
 #include <filesystem>
@@ -124,5 +125,24 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   return r;
 }
 
+// Trains `input` for 8 steps twice; the second run is taken back to its step-4 checkpoint, as
+// if it had stopped there, and resumed: steps 5..8 must give the same losses, bit for bit.
+// Returns the uninterrupted run's losses; throws std::runtime_error naming the first difference.
+inline std::map<int64_t, std::string> check_exact_resume(const fs::path& root, const std::string& input,
+                                                         const std::string& dataset = kData + "text") {
+  auto full = run(tiny_config(root / "full", input, dataset), root / "full");
+  auto part = run(tiny_config(root / "part", input, dataset), root / "part");
+  fs::remove(root / "part" / "checkpoints" / "step_00000008.ckpt");
+  fs::remove(root / "part" / "metrics.jsonl");
+  auto resumed = run("", root / "part", {}, root / "part");
+  if (full.losses.size() != 8 || resumed.losses.size() != 4)
+    throw std::runtime_error("exact resume: " + std::to_string(full.losses.size()) + " steps logged in full, " +
+                             std::to_string(resumed.losses.size()) + " after resuming (expected 8 and 4)");
+  for (int64_t s = 5; s <= 8; ++s)
+    if (resumed.losses[s] != full.losses[s])
+      throw std::runtime_error("exact resume: step " + std::to_string(s) + " loss " + resumed.losses[s] +
+                               " after resuming, " + full.losses[s] + " uninterrupted");
+  return full.losses;
+}
 
 }  // namespace train_harness

@@ -1,0 +1,398 @@
+// Interoperability with the tools people already use, tested against the real thing (the Python
+// packages tools/setup.sh installs into the torch venv; scripts in tests/interop/):
+//   - `pipeline export` -> transformers: logits within 1e-4 in fp32, identical greedy generation,
+//     AutoTokenizer's ids equal ours, tokenizer.json equal to transformers' own conversion;
+//   - transformers -> `[model] init_from`: a random GPT2LMHeadModel in every layout it or the Hub
+//     writes gives our model the same logits; the weights survive a training run at lr 0 and an
+//     export bit for bit; export -> init_from -> export is byte-identical;
+//   - TensorBoard's EventAccumulator reads back every metric with its tag, step and value, and
+//     the stage and queue series;
+//   - llm.c shards written by a Python script after llm.c's layout train exactly as our own token
+//     shards do, resume exactly, and `pipeline prepare --format llmc` output reads back in Python.
+// Exits 77 (CTest: skipped) when no Python with transformers, safetensors and tensorboard is
+// configured (tools/setup.sh installs them; PIPELINE_INTEROP_PYTHON names the interpreter).
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "datasets/dataset_reader.h"
+#include "datasets/safetensors.h"
+#include "datasets/tokenizer.h"
+#include "graph/json.h"
+#include "model/checkpoint.h"
+#include "model/checkpoint_config.h"
+#include "model/generate.h"
+#include "model/hf_gpt2.h"
+#include "stages/tensorboard_log.h"
+#include "train_harness.h"
+
+// After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
+#include <doctest/doctest.h>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using namespace pipeline;
+using namespace train_harness;
+using test_util::contains;
+using test_util::error_of;
+using test_util::read_file;
+using test_util::write_file;
+
+namespace {
+
+const std::string kPython = PIPELINE_INTEROP_PYTHON;
+const fs::path kScripts = fs::path(PIPELINE_SOURCE_DIR) / "tests" / "interop";
+
+const bool kPythonReady = [] {
+  if (kPython.empty() ||
+      test_util::run_command(kPython + " -c 'import transformers, safetensors, tensorboard, numpy'").code != 0) {
+    std::fprintf(stderr, "test_interop: no Python with transformers, safetensors and tensorboard (%s); "
+                         "tools/setup.sh installs them. Skipped.\n", kPython.empty() ? "none configured" : kPython.c_str());
+    std::exit(77);
+  }
+  at::set_num_threads(1);  // bitwise reproducible runs, and a fair share of 2 cores
+  return true;
+}();
+
+void python(const std::string& script, const std::string& args) {
+  auto r = test_util::run_command(kPython + " " + (kScripts / script).string() + " " + args);
+  INFO(script << " " << args << "\n" << r.out);
+  REQUIRE(r.code == 0);
+}
+
+std::string pipeline_cli(const std::string& args) {
+  auto r = test_util::run_command(std::string(PIPELINE_EXE) + " " + args);
+  INFO("pipeline " << args << "\n" << r.out);
+  REQUIRE(r.code == 0);
+  return r.out;
+}
+
+// A tensor of a safetensors file as a torch tensor (F32 or I64).
+torch::Tensor load_tensor(const fs::path& file, const std::string& name) {
+  datasets::SafetensorsReader r(file);
+  const auto* t = r.header().find(name);
+  REQUIRE_MESSAGE(t != nullptr, file.string() << " has no tensor " << name);
+  std::vector<int64_t> shape(t->shape.begin(), t->shape.end());
+  auto type = t->dtype == datasets::SafetensorsDtype::I64 ? torch::kLong : torch::kFloat;
+  auto out = torch::empty(shape, torch::TensorOptions().dtype(type));
+  REQUIRE(static_cast<uint64_t>(out.numel() * out.element_size()) == t->bytes());
+  r.read(*t, out.data_ptr());
+  return out;
+}
+
+std::vector<uint16_t> read_stream(const fs::path& dir, const std::string& split) {
+  datasets::TokenDatasetReader r;
+  r.open(dir, split);
+  std::vector<uint16_t> all, buf(1 << 14);
+  for (size_t n; (n = r.read(buf)) > 0;) all.insert(all.end(), buf.begin(), buf.begin() + static_cast<long>(n));
+  return all;
+}
+
+void write_u16(const fs::path& path, const std::vector<uint16_t>& v) {
+  write_file(path, std::string_view(reinterpret_cast<const char*>(v.data()), 2 * v.size()));
+}
+
+std::vector<uint16_t> read_u16(const fs::path& path) {
+  const std::string s = read_file(path);
+  std::vector<uint16_t> v(s.size() / 2);
+  std::memcpy(v.data(), s.data(), 2 * v.size());
+  return v;
+}
+
+std::string json_ints(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// A fixed batch from the validation split: ids (B, T) and a prompt.
+struct Batch {
+  std::vector<std::vector<int64_t>> ids;
+  std::vector<int64_t> prompt;
+  torch::Tensor tensor() const {
+    std::vector<int64_t> flat;
+    for (const auto& row : ids) flat.insert(flat.end(), row.begin(), row.end());
+    return torch::tensor(flat, torch::kLong).view({static_cast<int64_t>(ids.size()), -1});  // (B, T)
+  }
+};
+
+Batch fixed_batch(int64_t B, int64_t T) {
+  auto val = read_stream(kData + "tokens", "val");
+  Batch b;
+  for (int64_t i = 0; i < B; ++i) b.ids.emplace_back(val.begin() + i * T + 5, val.begin() + (i + 1) * T + 5);
+  b.prompt.assign(val.begin() + 1, val.begin() + 9);
+  return b;
+}
+
+const std::vector<std::string> kTexts = {"Hello world", "ROMEO:\nBut soft, what light through yonder window breaks?",
+                                         "  spaces\tand\ttabs  ", "naïve café — 東京 🙂", "a<|endoftext|>b",
+                                         "It's 2024; they'll've 123456789 tokens."};
+
+// Input description for hf_reference.py.
+void write_input(const fs::path& path, const Batch& b, const std::string& config_json = "{}") {
+  std::string ids = "[";
+  for (size_t i = 0; i < b.ids.size(); ++i) ids += (i ? "," : "") + json_ints(b.ids[i]);
+  ids += "]";
+  std::string texts = "[";
+  for (size_t i = 0; i < kTexts.size(); ++i) texts += (i ? "," : "") + json_quote(kTexts[i]);
+  texts += "]";
+  write_file(path, "{\"ids\":" + ids + ",\"prompt\":" + json_ints(b.prompt) + ",\"new_tokens\":20,\"texts\":" + texts +
+                       ",\"config\":" + config_json + "}");
+}
+
+// Our logits over the real vocabulary for a batch: (B, T, V).
+torch::Tensor our_logits(model::GPT& m, const Batch& b) {
+  torch::NoGradGuard no_grad;
+  m->eval();
+  return m->forward(b.tensor()).narrow(2, 0, m->config().vocab_size);
+}
+
+// The tiny run's config with its shape taken from a Hugging Face directory.
+std::string init_from_config(const fs::path& run_dir, const fs::path& hf_dir) {
+  std::string toml = tiny_config(run_dir, kTokenInput, kData + "tokens");
+  const std::string preset = "preset = \"tiny\"\n";
+  toml.replace(toml.find(preset), preset.size(), "init_from = \"" + hf_dir.string() + "\"\n");
+  return toml;
+}
+
+const std::vector<std::string> kNoUpdate = {"training.steps=1", "optimizer.lr=0", "optimizer.min_lr=0",
+                                            "checkpoint.every=0"};
+
+// Every tensor of `a` is in `b` with the same dtype, shape and bytes.
+void check_same_tensors(const fs::path& a, const fs::path& b) {
+  datasets::SafetensorsReader ra(a), rb(b);
+  CHECK(ra.header().tensors.size() == rb.header().tensors.size());
+  for (const auto& t : ra.header().tensors) {
+    const auto* u = rb.header().find(t.name);
+    REQUIRE_MESSAGE(u != nullptr, b.string() << " lacks " << t.name);
+    CHECK(u->dtype == t.dtype);
+    CHECK(u->shape == t.shape);
+    std::string x(t.bytes(), '\0'), y(u->bytes(), '\0');
+    ra.read(t, x.data());
+    rb.read(*u, y.data());
+    CHECK_MESSAGE(x == y, t.name << " differs");
+  }
+}
+
+}  // namespace
+
+TEST_CASE("export -> transformers: same logits, same greedy tokens, same tokenizer") {
+  auto root = temp_dir("export");
+  auto run_result = run(tiny_config(root / "run", kTokenInput, kData + "tokens"), root / "run",
+                        {"training.steps=30", "optimizer.lr=1e-2", "optimizer.min_lr=1e-3", "checkpoint.every=0"});
+  REQUIRE(run_result.last_step == 30);
+  auto out = pipeline_cli("export " + (root / "run").string() + " --out " + (root / "hf").string());
+  CHECK(contains(out, "model.safetensors"));
+  for (const char* f : {"model.safetensors", "config.json", "generation_config.json", "vocab.json", "merges.txt",
+                        "tokenizer.json", "tokenizer_config.json"})
+    CHECK_MESSAGE(fs::exists(root / "hf" / f), f);
+  const auto vocab = datasets::gpt2_vocab_files();
+  CHECK(read_file(root / "hf" / "vocab.json") == vocab.encoder_json);
+  CHECK(read_file(root / "hf" / "merges.txt") == vocab.vocab_bpe);
+
+  const Batch b = fixed_batch(2, 32);
+  write_input(root / "in.json", b);
+  python("hf_reference.py", "check-export --model " + (root / "hf").string() + " --input " + (root / "in.json").string() +
+                                " --out " + (root / "hf_out.safetensors").string());
+
+  auto state = model::read_checkpoint(run_result.checkpoint);
+  auto cfg = model::checkpoint_model_config(state.metadata, run_result.checkpoint);
+  model::GPT ours(cfg);
+  model::restore(state, ours, nullptr, false);
+  auto theirs = load_tensor(root / "hf_out.safetensors", "logits");
+  auto mine = our_logits(ours, b);
+  REQUIRE(theirs.sizes() == mine.sizes());
+  const double diff = (theirs - mine).abs().max().item<double>();
+  MESSAGE("export -> transformers: max |logit difference| = " << diff << " (logits up to "
+                                                              << mine.abs().max().item<double>() << ")");
+  CHECK(diff <= 1e-4);
+
+  model::SampleOptions greedy;
+  greedy.n_tokens = 20;
+  greedy.temperature = 0;
+  auto generated = model::sample(ours, b.prompt, greedy);
+  auto hf_generated = load_tensor(root / "hf_out.safetensors", "generated");
+  CHECK(std::vector<int64_t>(hf_generated.data_ptr<int64_t>(), hf_generated.data_ptr<int64_t>() + hf_generated.numel()) ==
+        generated);
+
+  const auto& tok = datasets::Tokenizer::gpt2();
+  for (size_t i = 0; i < kTexts.size(); ++i) {
+    auto ids = tok.encode(kTexts[i], /*allow_special=*/true);
+    auto hf = load_tensor(root / "hf_out.safetensors", "tokens_" + std::to_string(i));
+    CHECK_MESSAGE(std::vector<int64_t>(hf.data_ptr<int64_t>(), hf.data_ptr<int64_t>() + hf.numel()) ==
+                      std::vector<int64_t>(ids.begin(), ids.end()),
+                  kTexts[i]);
+  }
+  fs::remove_all(root);
+}
+
+TEST_CASE("transformers -> init_from: every layout loads with the same logits") {
+  auto root = temp_dir("import");
+  const Batch b = fixed_batch(2, 32);
+  write_input(root / "in.json", b,
+              R"({"n_layer":2,"n_head":4,"n_embd":64,"n_positions":128,"vocab_size":50257})");
+  for (const char* layout : {"save_pretrained", "hub", "sharded", "fp16"}) {
+    CAPTURE(layout);
+    const fs::path dir = root / layout;
+    python("hf_reference.py", std::string("make-model --layout ") + layout + " --out " + dir.string() + " --input " +
+                                  (root / "in.json").string());
+    auto cfg = model::read_hf_config(dir);
+    CHECK(cfg.n_layer == 2);
+    CHECK(cfg.n_head == 4);
+    CHECK(cfg.block_size == 128);
+    CHECK(cfg.padded_vocab_size == 50304);
+    model::GPT ours(cfg);
+    model::load_hf_weights(ours, dir);
+    auto theirs = load_tensor(dir / "reference.safetensors", "logits");
+    const double diff = (theirs - our_logits(ours, b)).abs().max().item<double>();
+    MESSAGE(layout << ": max |logit difference| = " << diff);
+    CHECK(diff <= 1e-5);
+  }
+  CHECK(fs::exists(root / "sharded" / "model.safetensors.index.json"));
+
+  // Through a training run: init_from takes the shape from config.json; a smaller block_size
+  // crops the position table; a preset that disagrees is an error naming both.
+  auto cropped = run(init_from_config(root / "crop", root / "save_pretrained"), root / "crop",
+                     {"model.block_size=64", "training.steps=2", "checkpoint.every=0"});
+  CHECK(cropped.last_step == 2);
+  auto bad = error_of([&] {
+    run(init_from_config(root / "bad", root / "hub"), root / "bad", {"model.preset=gpt2-medium"});
+  });
+  CHECK(contains(bad, "preset"));
+  CHECK(contains(bad, "is not the shape of"));
+  auto missing = error_of([&] { run(init_from_config(root / "m", root / "nowhere"), root / "m"); });
+  CHECK(contains(missing, "init_from"));
+  CHECK(contains(missing, "no Hugging Face model"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit") {
+  auto root = temp_dir("roundtrip");
+  write_input(root / "in.json", fixed_batch(1, 8),
+              R"({"n_layer":2,"n_head":2,"n_embd":64,"n_positions":64,"vocab_size":50257})");
+  python("hf_reference.py", "make-model --layout save_pretrained --out " + (root / "hf").string() + " --input " +
+                                (root / "in.json").string());
+
+  // transformers' file -> our run -> our export: the same tensors, byte for byte.
+  auto first = run(init_from_config(root / "run1", root / "hf"), root / "run1", kNoUpdate);
+  REQUIRE(first.last_step == 1);
+  pipeline_cli("export " + first.checkpoint + " --out " + (root / "e1").string());
+  check_same_tensors(root / "hf" / "model.safetensors", root / "e1" / "model.safetensors");
+
+  // Our export -> init_from -> export: identical files.
+  auto second = run(init_from_config(root / "run2", root / "e1"), root / "run2", kNoUpdate);
+  pipeline_cli("export " + second.checkpoint + " --out " + (root / "e2").string());
+  CHECK(read_file(root / "e1" / "model.safetensors") == read_file(root / "e2" / "model.safetensors"));
+  CHECK(read_file(root / "e1" / "config.json") == read_file(root / "e2" / "config.json"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
+  auto root = temp_dir("tensorboard");
+  const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  auto r = run(tiny_config(root / "run", input, kData + "tokens"), root / "run",
+               {"logging.tensorboard=true", "eval.every=4", "eval.batches=1", "eval.sample_tokens=0"});
+  REQUIRE(r.last_step == 8);
+  python("tensorboard_scalars.py", "--logdir " + (root / "run").string() + " --out " + (root / "tb.json").string());
+  const JsonValue tb = json_parse(read_file(root / "tb.json"));
+
+  // tag -> step -> value, as TensorBoard returned them.
+  std::map<std::string, std::map<int64_t, float>> series;
+  for (const auto& [tag, points] : tb.members)
+    for (const auto& p : points.items) series[tag][std::stoll(p.items[0].text)] = std::stof(p.items[1].text);
+
+  // Every number of every metrics.jsonl line is there, at its step, with its value (as float32).
+  std::istringstream lines(read_file(root / "run" / "metrics.jsonl"));
+  int checked = 0;
+  for (std::string line; std::getline(lines, line);) {
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> scalars;
+    REQUIRE(stages::metric_scalars(line, step, scalars));
+    for (const auto& [tag, value] : scalars) {
+      CAPTURE(tag);
+      CAPTURE(step);
+      REQUIRE(series[tag].count(step) == 1);
+      CHECK(series[tag][step] == static_cast<float>(value));
+      ++checked;
+    }
+  }
+  CHECK(checked > 40);
+  for (const char* tag : {"train/loss", "train/lr", "train/grad_norm", "train/tokens_per_s", "train/mfu"})
+    CHECK_MESSAGE(series[tag].size() == 8, tag);
+  CHECK(series["val/loss"].size() == 2);
+  CHECK(series["val/loss"].count(4) == 1);
+  CHECK(series["val/loss"].count(8) == 1);
+
+  // The pipeline's own series: every stage's busy share and every queue's occupancy, as shares.
+  for (const char* stage : {"read", "pack", "pin", "h2d", "train", "log", "eval", "checkpoint"}) {
+    const auto& busy = series[std::string("stage_busy/") + stage];
+    CHECK_MESSAGE(!busy.empty(), stage);
+    for (const auto& [step, v] : busy) {
+      CHECK(step >= 1);
+      CHECK(step <= 8);
+      CHECK(v >= 0.0f);
+      CHECK(v <= 1.0f);
+    }
+  }
+  for (const char* queue : {"pack", "train", "log"})
+    for (const auto& [step, v] : series[std::string("queue_occupancy/") + queue]) {
+      CHECK(v >= 0.0f);
+      CHECK(v <= 1.0f);
+    }
+  CHECK(!series["queue_occupancy/train"].empty());
+  fs::remove_all(root);
+}
+
+TEST_CASE("llm.c shards from a Python writer train and resume exactly like our token shards") {
+  auto root = temp_dir("llmc");
+  for (const char* split : {"train", "val"}) {
+    write_u16(root / (std::string(split) + ".u16"), read_stream(kData + "tokens", split));
+    python("llmc_shards.py", std::string("write --tokens ") + (root / (std::string(split) + ".u16")).string() +
+                                 " --out " + (root / "llmc").string() + " --prefix tinyshakespeare --split " + split +
+                                 " --shards " + (split == std::string("train") ? "3" : "1"));
+  }
+  CHECK(fs::exists(root / "llmc" / "tinyshakespeare_train_000002.bin"));
+  CHECK(read_stream(root / "llmc", "train") == read_stream(kData + "tokens", "train"));
+
+  // The same token stream, so the same batches and losses; eval reads the val shard.
+  const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  const std::vector<std::string> eval = {"eval.every=4", "eval.batches=2", "eval.sample_tokens=0"};
+  auto ours = run(tiny_config(root / "ours", input, kData + "tokens"), root / "ours", eval);
+  auto theirs = run(tiny_config(root / "theirs", input, (root / "llmc").string()), root / "theirs", eval);
+  REQUIRE(ours.losses.size() == 8);
+  CHECK(theirs.losses == ours.losses);
+  CHECK(contains(read_file(root / "theirs" / "metrics.jsonl"), "val_loss"));
+  fs::create_directories(root / "resume");
+  CHECK(error_of([&] { check_exact_resume(root / "resume", kTokenInput, (root / "llmc").string()); }) == "");
+
+  // read_shards cannot read token shards: the error says what the directory holds.
+  auto text = error_of([&] { run(tiny_config(root / "t", kTextInput, (root / "llmc").string()), root / "t"); });
+  CHECK(contains(text, "tokens"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("prepare --format llmc writes shards that llm.c's loader reads") {
+  auto root = temp_dir("prepare");
+  const fs::path text = fs::path(PIPELINE_SHARED_DATA_DIR) / "tinyshakespeare.txt";
+  if (!fs::exists(text)) {
+    MESSAGE("skipped: no " << text.string());
+    return;
+  }
+  // The bundled token dataset was made with these options (datasets/data/tinyshakespeare/README.md).
+  pipeline_cli("prepare " + text.string() + " --out " + (root / "shakespeare").string() +
+               " --format llmc --split blank-lines --val-fraction 0.1 --seed 1337 --quiet");
+  for (const char* split : {"train", "val"}) {
+    python("llmc_shards.py", std::string("read --dir ") + (root / "shakespeare").string() + " --split " + split +
+                                 " --out " + (root / "back.u16").string());
+    CHECK(read_u16(root / "back.u16") == read_stream(kData + "tokens", split));
+  }
+  fs::remove_all(root);
+}
