@@ -126,7 +126,7 @@ int64_t config_int(const JsonValue& root, const fs::path& file, const char* key)
   return out;
 }
 
-// A key whose value must be one of `allowed` (JSON literal text) for this model to be exact.
+// A key whose value must be one of `allowed` (a string's text, or a literal's) for this model to be exact.
 void require_value(const JsonValue& root, const fs::path& file, const char* key,
                    std::initializer_list<const char*> allowed, const std::string& why) {
   const JsonValue* v = root.find(key);
@@ -224,7 +224,7 @@ GPTConfig read_hf_config(const fs::path& dir) {
   if (!type || type->text != "gpt2")
     throw std::runtime_error(file.string() + ": \"model_type\" is " + (type ? "\"" + type->text + "\"" : "missing") +
                              "; only GPT-2 (\"gpt2\") models can be loaded");
-  require_value(root, file, "activation_function", {"\"gelu_new\"", "\"gelu_pytorch_tanh\""},
+  require_value(root, file, "activation_function", {"gelu_new", "gelu_pytorch_tanh"},
                 "this model uses GELU with the tanh approximation (gelu_new)");
   require_value(root, file, "scale_attn_weights", {"true"}, "this model scales attention by 1/sqrt(head_dim)");
   require_value(root, file, "scale_attn_by_inverse_layer_idx", {"false"}, "this model does not scale by layer");
@@ -343,15 +343,15 @@ void write_hf_tokenizer(const fs::path& dir, int64_t model_max_length) {
 }
 
 NamedTensors read_hf_weights(const fs::path& dir, const GPTConfig& cfg) {
-  const GPTConfig hf = read_hf_config(dir);
-  if (hf.n_layer != cfg.n_layer || hf.n_head != cfg.n_head || hf.n_embd != cfg.n_embd)
-    throw std::runtime_error((dir / "config.json").string() + ": the model has " + std::to_string(hf.n_layer) +
-                             " layers, " + std::to_string(hf.n_head) + " heads, width " + std::to_string(hf.n_embd) +
+  const GPTConfig given = read_hf_config(dir);
+  if (given.n_layer != cfg.n_layer || given.n_head != cfg.n_head || given.n_embd != cfg.n_embd)
+    throw std::runtime_error((dir / "config.json").string() + ": the model has " + std::to_string(given.n_layer) +
+                             " layers, " + std::to_string(given.n_head) + " heads, width " + std::to_string(given.n_embd) +
                              "; expected " + std::to_string(cfg.n_layer) + ", " + std::to_string(cfg.n_head) + ", " +
                              std::to_string(cfg.n_embd));
-  if (cfg.block_size > hf.block_size || cfg.vocab_size != hf.vocab_size)
-    throw std::runtime_error((dir / "config.json").string() + ": n_positions " + std::to_string(hf.block_size) +
-                             " and vocab_size " + std::to_string(hf.vocab_size) + " cannot hold block_size " +
+  if (cfg.block_size > given.block_size || cfg.vocab_size != given.vocab_size)
+    throw std::runtime_error((dir / "config.json").string() + ": n_positions " + std::to_string(given.block_size) +
+                             " and vocab_size " + std::to_string(given.vocab_size) + " cannot hold block_size " +
                              std::to_string(cfg.block_size) + " and vocab_size " + std::to_string(cfg.vocab_size));
   WeightFiles files(dir);
   // Their names without the prefix -> full name; both layouts at once would be ambiguous.
@@ -371,21 +371,21 @@ NamedTensors read_hf_weights(const fs::path& dir, const GPTConfig& cfg) {
   std::set<std::string> used;
   torch::Tensor wte;
   for (const auto& [ours, ours_shape] : parameter_shapes(cfg)) {
-    const HfName hf = hf_name_of(ours);
-    auto it = by_short.find(hf.name);
+    const HfName theirs = hf_name_of(ours);
+    auto it = by_short.find(theirs.name);
     if (it == by_short.end())
-      throw std::runtime_error(dir.string() + ": tensor '" + std::string(kPrefix) + hf.name + "' (or '" + hf.name +
+      throw std::runtime_error(dir.string() + ": tensor '" + std::string(kPrefix) + theirs.name + "' (or '" + theirs.name +
                                "') is missing from the safetensors file(s)");
     used.insert(it->second);
     torch::Tensor t = files.load(it->second);
     std::vector<int64_t> expect = ours_shape;
     if (ours == "wte.weight") expect[0] = cfg.vocab_size;
-    if (ours == "wpe.weight") expect[0] = hf.block_size;
-    if (hf.conv1d) std::swap(expect[0], expect[1]);
+    if (ours == "wpe.weight") expect[0] = given.block_size;
+    if (theirs.conv1d) std::swap(expect[0], expect[1]);
     if (t.sizes() != at::IntArrayRef(expect))
       throw std::runtime_error(files.file_of(it->second) + ": tensor '" + it->second + "' has shape " + shape_str(t.sizes()) +
                                ", expected " + shape_str(expect) + " for this config");
-    if (hf.conv1d) t = t.t().contiguous();
+    if (theirs.conv1d) t = t.t().contiguous();
     if (ours == "wte.weight") {
       wte = t;
       t = torch::cat({t, torch::zeros({cfg.padded_vocab_size - cfg.vocab_size, cfg.n_embd})});  // (Vp, C)

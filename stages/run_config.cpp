@@ -29,7 +29,8 @@ const std::vector<config::Schema>& run_schemas() {
         .boolean("bias", true, "biases in linear layers and LayerNorms")
         .string("init_from", "",
                 "a Hugging Face GPT-2 directory (config.json + model.safetensors, e.g. from `pipeline export` or "
-                "transformers' save_pretrained) whose shape and weights the run starts from (empty: fresh weights)");
+                "transformers' save_pretrained) whose shape and weights the run starts from; its config.json replaces "
+                "preset and vocab_size, and block_size may crop its context (empty: fresh weights)");
     s.emplace_back("data");
     s.back()
         .string("dataset", std::nullopt,

@@ -45,8 +45,9 @@ const config::Section& run_section(const RunConfig& rc, const std::string& name)
   throw std::logic_error("run section [" + name + "] was not resolved");
 }
 
-// With init_from the shape is the Hugging Face model's; [model] keys set in the config must agree
-// with it (block_size may be smaller: the position table is cropped for a shorter context).
+// With init_from the shape is the Hugging Face model's: preset and vocab_size are not used, and
+// n_layer, n_head and n_embd, when set (non-zero), must agree with it (block_size may be smaller:
+// the position table is cropped for a shorter context).
 model::GPTConfig init_from_config(const RunConfig& rc) {
   const auto& sec = run_section(rc, "model");
   model::GPTConfig m;
@@ -57,26 +58,13 @@ model::GPTConfig init_from_config(const RunConfig& rc) {
   }
   const int64_t hf_block = m.block_size;
   auto agree = [&](const char* key, int64_t set, int64_t hf) {
-    if (sec.was_set(key) && set != 0 && set != hf)
+    if (set != 0 && set != hf)
       throw sec.error(key, std::to_string(set) + " disagrees with " + (rc.model.init_from / "config.json").string() +
-                               " (" + std::to_string(hf) + "); leave it unset to take the model's");
+                               " (" + std::to_string(hf) + "); set it to 0 to take the model's");
   };
-  if (sec.was_set("preset")) {
-    model::GPTConfig p;
-    try {
-      p = model::GPTConfig::preset(rc.model.preset);
-    } catch (const std::exception& e) {
-      throw sec.error("preset", e.what());
-    }
-    if (p.n_layer != m.n_layer || p.n_head != m.n_head || p.n_embd != m.n_embd)
-      throw sec.error("preset", "\"" + rc.model.preset + "\" is not the shape of " + rc.model.init_from.string() + " (" +
-                                    std::to_string(m.n_layer) + " layers, " + std::to_string(m.n_head) + " heads, width " +
-                                    std::to_string(m.n_embd) + "); leave it unset to take the model's");
-  }
   agree("n_layer", rc.model.n_layer, m.n_layer);
   agree("n_head", rc.model.n_head, m.n_head);
   agree("n_embd", rc.model.n_embd, m.n_embd);
-  agree("vocab_size", rc.model.vocab_size, m.vocab_size);
   if (rc.model.block_size) {
     if (rc.model.block_size > hf_block)
       throw sec.error("block_size", std::to_string(rc.model.block_size) + " exceeds the n_positions " +

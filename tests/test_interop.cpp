@@ -178,7 +178,8 @@ void check_same_tensors(const fs::path& a, const fs::path& b) {
     std::string x(t.bytes(), '\0'), y(u->bytes(), '\0');
     ra.read(t, x.data());
     rb.read(*u, y.data());
-    CHECK_MESSAGE(x == y, t.name << " differs");
+    const bool same = x == y;
+    CHECK_MESSAGE(same, t.name << " differs");
   }
 }
 
@@ -195,8 +196,10 @@ TEST_CASE("export -> transformers: same logits, same greedy tokens, same tokeniz
                         "tokenizer.json", "tokenizer_config.json"})
     CHECK_MESSAGE(fs::exists(root / "hf" / f), f);
   const auto vocab = datasets::gpt2_vocab_files();
-  CHECK(read_file(root / "hf" / "vocab.json") == vocab.encoder_json);
-  CHECK(read_file(root / "hf" / "merges.txt") == vocab.vocab_bpe);
+  const bool vocab_same = read_file(root / "hf" / "vocab.json") == vocab.encoder_json;
+  const bool merges_same = read_file(root / "hf" / "merges.txt") == vocab.vocab_bpe;
+  CHECK(vocab_same);  // the GPT-2 release files, byte for byte
+  CHECK(merges_same);
 
   const Batch b = fixed_batch(2, 32);
   write_input(root / "in.json", b);
@@ -239,10 +242,10 @@ TEST_CASE("transformers -> init_from: every layout loads with the same logits") 
   const Batch b = fixed_batch(2, 32);
   write_input(root / "in.json", b,
               R"({"n_layer":2,"n_head":4,"n_embd":64,"n_positions":128,"vocab_size":50257})");
-  for (const char* layout : {"save_pretrained", "hub", "sharded", "fp16"}) {
+  for (const std::string layout : {"save_pretrained", "hub", "sharded", "fp16"}) {
     CAPTURE(layout);
     const fs::path dir = root / layout;
-    python("hf_reference.py", std::string("make-model --layout ") + layout + " --out " + dir.string() + " --input " +
+    python("hf_reference.py", "make-model --layout " + layout + " --out " + dir.string() + " --input " +
                                   (root / "in.json").string());
     auto cfg = model::read_hf_config(dir);
     CHECK(cfg.n_layer == 2);
@@ -258,16 +261,19 @@ TEST_CASE("transformers -> init_from: every layout loads with the same logits") 
   }
   CHECK(fs::exists(root / "sharded" / "model.safetensors.index.json"));
 
-  // Through a training run: init_from takes the shape from config.json; a smaller block_size
-  // crops the position table; a preset that disagrees is an error naming both.
+  // Through a training run: init_from takes the shape from config.json (the preset is not used);
+  // a smaller block_size crops the position table; a shape key that disagrees is an error.
   auto cropped = run(init_from_config(root / "crop", root / "save_pretrained"), root / "crop",
                      {"model.block_size=64", "training.steps=2", "checkpoint.every=0"});
   CHECK(cropped.last_step == 2);
   auto bad = error_of([&] {
-    run(init_from_config(root / "bad", root / "hub"), root / "bad", {"model.preset=gpt2-medium"});
+    run(init_from_config(root / "bad", root / "hub"), root / "bad", {"model.n_head=2"});
   });
-  CHECK(contains(bad, "preset"));
-  CHECK(contains(bad, "is not the shape of"));
+  CHECK(contains(bad, "n_head"));
+  CHECK(contains(bad, "2 disagrees with"));
+  auto preset_ignored = run(init_from_config(root / "p", root / "hub"), root / "p",
+                            {"model.preset=gpt2-medium", "training.steps=1", "checkpoint.every=0"});
+  CHECK(preset_ignored.last_step == 1);
   auto missing = error_of([&] { run(init_from_config(root / "m", root / "nowhere"), root / "m"); });
   CHECK(contains(missing, "init_from"));
   CHECK(contains(missing, "no Hugging Face model"));
@@ -290,7 +296,8 @@ TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit")
   // Our export -> init_from -> export: identical files.
   auto second = run(init_from_config(root / "run2", root / "e1"), root / "run2", kNoUpdate);
   pipeline_cli("export " + second.checkpoint + " --out " + (root / "e2").string());
-  CHECK(read_file(root / "e1" / "model.safetensors") == read_file(root / "e2" / "model.safetensors"));
+  const bool weights_same = read_file(root / "e1" / "model.safetensors") == read_file(root / "e2" / "model.safetensors");
+  CHECK(weights_same);
   CHECK(read_file(root / "e1" / "config.json") == read_file(root / "e2" / "config.json"));
   fs::remove_all(root);
 }

@@ -6,7 +6,8 @@
 #   tools/setup.sh            set up, build, run pipelines/quickstart.toml
 #   tools/setup.sh --no-run   set up and build only (tools/test.sh uses this)
 #
-# Environment: PIPELINE_CACHE (default ~/.cache/pipeline) holds the pinned LibTorch;
+# Environment: PIPELINE_CACHE (default ~/.cache/pipeline) holds the pinned LibTorch (and, in
+# the same venv, the pinned transformers / safetensors / tensorboard the interop tests run);
 # Torch_DIR points at an existing LibTorch instead; PIPELINE_BUILD_DIR (default build);
 # PIPELINE_WERROR=1 turns warnings into errors (CI).
 set -euo pipefail
@@ -28,7 +29,8 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # 1. Debian packages (only the missing ones; apt is not touched when all are present).
 PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
-          libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev libicu-dev)
+          libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev libicu-dev
+          libprotobuf-dev protobuf-compiler libisal-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,6 +54,15 @@ if [[ -z ${Torch_DIR:-} ]]; then
     python3 -m venv "$VENV"
     "$PY" -m pip install -q --no-cache-dir --upgrade pip >&2
     "$PY" -m pip install -q --no-cache-dir "torch==$TORCH_VERSION" numpy >&2
+  fi
+  # The tools tests/test_interop checks against, pinned, in the same venv (they import torch).
+  # A stamp records what was installed, so a second run neither downloads nor asks pip anything.
+  INTEROP="transformers==5.23.0 safetensors==0.8.0 tensorboard==2.21.0"
+  if [[ "$(cat "$VENV/.pipeline-interop" 2>/dev/null)" != "$INTEROP" ]]; then
+    say "installing $INTEROP into $VENV (once; for the interop tests)"
+    # shellcheck disable=SC2086  # one requirement per word
+    "$PY" -m pip install -q --no-cache-dir $INTEROP "torch==$TORCH_VERSION" >&2
+    echo "$INTEROP" > "$VENV/.pipeline-interop"
   fi
   Torch_DIR=$("$PY" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'share/cmake/Torch'))")
   TORCH_PY=$PY
