@@ -38,7 +38,7 @@ datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& 
 // so that pack usually makes zero or one batch per chunk.
 size_t auto_chunk_bytes(const RunContext& rc) {
   const int64_t bytes = 4 * rc.cfg.training.batch_size * rc.cfg.training.seq_len;
-  return static_cast<size_t>(std::clamp<int64_t>(bytes, 4 << 10, 1 << 20));
+  return static_cast<size_t>(std::clamp<int64_t>(bytes, 1 << 10, 1 << 20));
 }
 
 class ReadShards : public graph::Stage {
@@ -118,7 +118,7 @@ PIPELINE_STAGE(read_shards,
                                             "drawn from source i with probability weight_i / sum (empty: no mix)")
                                .integer_or_auto("chunk_bytes", std::string("auto"),
                                                 "text per message, in whole documents (auto: about one batch, "
-                                                "4 x batch_size x seq_len bytes, within 4 KiB..1 MiB)",
+                                                "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
                                                 1, 1 << 26),
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadShards>()});
