@@ -14,6 +14,7 @@
 #include <tuple>
 #include <utility>
 
+#include "datasets/atomic_file.h"
 #include "datasets/manifest.h"
 #include "datasets/shard.h"
 
@@ -188,16 +189,7 @@ uint64_t LlmcShardWriter::finish() {
   header[1] = kLlmcVersion;
   header[2] = static_cast<int32_t>(tokens_);
   if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) fail("cannot write the header of");
-  if (::fsync(fd_) != 0) fail("fsync failed on");
-  const int fd = std::exchange(fd_, -1);
-  if (::close(fd) != 0) {
-    ::unlink(tmp_.c_str());
-    fail("close failed on");
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    ::unlink(tmp_.c_str());
-    fail("cannot rename");
-  }
+  commit_atomic(std::exchange(fd_, -1), tmp_, path_);
   return kLlmcHeaderBytes + 2 * tokens_;
 }
 

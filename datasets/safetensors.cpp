@@ -12,7 +12,9 @@
 #include <cstring>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
+#include "datasets/atomic_file.h"
 #include "datasets/shard.h"
 #include "graph/json.h"
 
@@ -363,22 +365,7 @@ void SafetensorsWriter::finish() {
     throw std::logic_error(path_.string() + ": finish() before tensor '" + order_[next_].name + "' was written");
   write_all(buf_.data(), buf_.size());
   buf_.clear();
-  if (::fsync(fd_) != 0) fail("fsync failed on");
-  const int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0) {
-    ::unlink(tmp_.c_str());
-    fail("close failed on");
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    ::unlink(tmp_.c_str());
-    fail("cannot rename");
-  }
-  const auto dir = path_.parent_path().empty() ? std::filesystem::path(".") : path_.parent_path();
-  if (int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); d >= 0) {
-    (void)::fsync(d);  // the rename survives a crash
-    ::close(d);
-  }
+  commit_atomic(std::exchange(fd_, -1), tmp_, path_);
 }
 
 }  // namespace pipeline::datasets

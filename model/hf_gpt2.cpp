@@ -1,12 +1,7 @@
 // Hugging Face GPT-2 directories: config.json both ways, weights both ways (see hf_gpt2.h).
 #include "model/hf_gpt2.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -16,6 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
+#include "datasets/atomic_file.h"
 #include "datasets/hf_tokenizer.h"
 #include "datasets/safetensors.h"
 #include "graph/json.h"
@@ -35,28 +31,6 @@ std::string read_text(const fs::path& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// PATH.tmp, fsync, rename: a failed export never leaves a half-written file under the final name.
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(path.string() + ": cannot create " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  bool ok = true;
-  while (ok && done < text.size()) {
-    ssize_t k = ::write(fd, text.data() + done, text.size() - done);
-    if (k < 0 && errno == EINTR) continue;
-    ok = k > 0;
-    if (ok) done += static_cast<size_t>(k);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  const int err = errno;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(path.string() + ": cannot write: " + std::strerror(ok ? errno : err));
-  }
 }
 
 // ---- the name and layout mapping -------------------------------------------------------------
@@ -252,6 +226,17 @@ GPTConfig read_hf_config(const fs::path& dir) {
   return cfg;
 }
 
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(const GPTConfig& cfg) {
+  auto out = parameter_shapes(cfg);
+  for (auto& [name, shape] : out) {
+    const HfName hf = hf_name_of(name);
+    if (name == "wte.weight") shape[0] = cfg.vocab_size;
+    if (hf.conv1d) std::swap(shape[0], shape[1]);
+    name = kPrefix + hf.name;
+  }
+  return out;
+}
+
 std::string hf_config_json(const GPTConfig& cfg, HfDtype dtype) {
   // The keys transformers' GPT2Config writes, in its (sorted) order; dropout is the model's own.
   const char* dtype_name = dtype == HfDtype::f32 ? "float32" : dtype == HfDtype::f16 ? "float16" : "bfloat16";
@@ -328,18 +313,18 @@ uint64_t write_hf_model(const fs::path& dir, const GPTConfig& cfg, const NamedTe
     w.write(t.name, data.data_ptr(), static_cast<size_t>(data.numel()) * data.element_size());
   }
   w.finish();
-  write_text_atomic(dir / "config.json", hf_config_json(cfg, dtype));
-  write_text_atomic(dir / "generation_config.json", hf_generation_config_json());
+  datasets::write_file_atomic(dir / "config.json", hf_config_json(cfg, dtype));
+  datasets::write_file_atomic(dir / "generation_config.json", hf_generation_config_json());
   return fs::file_size(dir / "model.safetensors");
 }
 
 void write_hf_tokenizer(const fs::path& dir, int64_t model_max_length) {
   fs::create_directories(dir);
   const auto files = datasets::hf_gpt2_tokenizer_files(model_max_length);
-  write_text_atomic(dir / "vocab.json", files.vocab_json);
-  write_text_atomic(dir / "merges.txt", files.merges_txt);
-  write_text_atomic(dir / "tokenizer.json", files.tokenizer_json);
-  write_text_atomic(dir / "tokenizer_config.json", files.tokenizer_config_json);
+  datasets::write_file_atomic(dir / "vocab.json", files.vocab_json);
+  datasets::write_file_atomic(dir / "merges.txt", files.merges_txt);
+  datasets::write_file_atomic(dir / "tokenizer.json", files.tokenizer_json);
+  datasets::write_file_atomic(dir / "tokenizer_config.json", files.tokenizer_config_json);
 }
 
 NamedTensors read_hf_weights(const fs::path& dir, const GPTConfig& cfg) {

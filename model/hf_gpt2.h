@@ -24,6 +24,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "model/gpt2.h"
 #include "model/optim.h"
@@ -39,6 +41,11 @@ HfDtype parse_hf_dtype(const std::string& name);
 /// it is not a GPT-2 this model computes exactly (model_type, activation, LayerNorm epsilon,
 /// untied head, inner width, attention scaling).
 GPTConfig read_hf_config(const std::filesystem::path& dir);
+
+/// The tensors `write_hf_model` writes for a model of shape `cfg`, in GPT2LMHeadModel's state_dict
+/// order: full names (`transformer.` prefix) and shapes in their layout (Conv1D weights (in, out),
+/// wte (vocab_size, C), wpe (n_positions, C)). lm_head.weight is not among them: it is tied to wte.
+std::vector<std::pair<std::string, std::vector<int64_t>>> hf_tensor_shapes(const GPTConfig& cfg);
 
 /// config.json for a model of this shape (vocab_size = cfg.vocab_size, n_positions = block_size).
 std::string hf_config_json(const GPTConfig& cfg, HfDtype dtype = HfDtype::f32);

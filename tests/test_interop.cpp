@@ -280,6 +280,46 @@ TEST_CASE("transformers -> init_from: every layout loads with the same logits") 
   fs::remove_all(root);
 }
 
+TEST_CASE("every preset from gpt2 to gpt2-xl: transformers builds the tensors we write and read") {
+  // Shapes only (transformers builds each model on the meta device): gpt2-xl's 6 GB of weights
+  // are not needed to check that our config.json describes the model whose tensors we write.
+  auto root = temp_dir("presets");
+  const std::vector<std::string> presets = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl"};
+  std::string dirs;
+  for (const auto& p : presets) {
+    fs::create_directories(root / p);
+    write_file(root / p / "config.json", model::hf_config_json(model::GPTConfig::preset(p)));
+    dirs += " " + (root / p).string();
+  }
+  python("hf_reference.py", "shapes --out " + (root / "shapes.json").string() + dirs);
+  const JsonValue all = json_parse(read_file(root / "shapes.json"));
+  for (const auto& p : presets) {
+    CAPTURE(p);
+    const auto want = model::GPTConfig::preset(p);
+    const auto cfg = model::read_hf_config(root / p);  // what init_from takes the shape from
+    CHECK(cfg.n_layer == want.n_layer);
+    CHECK(cfg.n_head == want.n_head);
+    CHECK(cfg.n_embd == want.n_embd);
+    CHECK(cfg.block_size == want.block_size);
+    CHECK(cfg.padded_vocab_size == want.padded_vocab_size);
+    const JsonValue* theirs = all.find((root / p).string());
+    REQUIRE(theirs != nullptr);
+    CHECK(theirs->flag("tied"));  // lm_head is wte, so the file carries no lm_head
+    const JsonValue& tensors = *theirs->find("tensors");
+    const auto ours = model::hf_tensor_shapes(cfg);
+    REQUIRE(tensors.members.size() == ours.size() + 1);  // + lm_head.weight
+    CHECK(tensors.members.back().first == "lm_head.weight");
+    for (size_t i = 0; i < ours.size(); ++i) {
+      const auto& [name, shape] = tensors.members[i];
+      CHECK(name == ours[i].first);
+      std::vector<int64_t> dims;
+      for (const auto& d : shape.items) dims.push_back(std::stoll(d.text));
+      CHECK_MESSAGE(dims == ours[i].second, name);
+    }
+  }
+  fs::remove_all(root);
+}
+
 TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit") {
   auto root = temp_dir("roundtrip");
   write_input(root / "in.json", fixed_batch(1, 8),

@@ -20,6 +20,11 @@ export` wrote, and writes GPT-2 directories with transformers for `[model] init_
         plus DIR/reference.safetensors: "logits" (B, T, V) float32 for IN's "ids", computed in
         float32 from the weights as stored.
 
+    hf_reference.py shapes --out OUT.json DIR...
+        For each DIR holding a config.json, the GPT2LMHeadModel transformers builds from it (on
+        the meta device: shapes only, no memory), as {DIR: {"tensors": {name: shape, ...},
+        "tied": lm_head shares wte's weight}}, names in state_dict order.
+
 Run with the interpreter tools/setup.sh prepares (the torch venv, with transformers, safetensors
 and tensorboard installed).
 """
@@ -104,6 +109,17 @@ def make_model(args):
     save_file({"logits": logits_of(model, spec["ids"])}, os.path.join(args.out, "reference.safetensors"))
 
 
+def shapes(args):
+    out = {}
+    for d in args.dirs:
+        with torch.device("meta"):
+            model = GPT2LMHeadModel(GPT2Config.from_pretrained(d))
+        tensors = {k: list(v.shape) for k, v in model.state_dict().items()}
+        out[d] = {"tensors": tensors, "tied": model.lm_head.weight is model.transformer.wte.weight}
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -116,9 +132,12 @@ def main():
     m.add_argument("--out", required=True)
     m.add_argument("--input", required=True)
     m.add_argument("--seed", type=int, default=1234)
+    s = sub.add_parser("shapes")
+    s.add_argument("--out", required=True)
+    s.add_argument("dirs", nargs="+")
     args = p.parse_args()
     torch.set_num_threads(1)
-    {"check-export": check_export, "make-model": make_model}[args.cmd](args)
+    {"check-export": check_export, "make-model": make_model, "shapes": shapes}[args.cmd](args)
 
 
 if __name__ == "__main__":
