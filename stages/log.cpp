@@ -1,6 +1,9 @@
 // log: turns step results into a progress line (step/total, loss, learning rate, tokens/s,
 // MFU on CUDA, ETA) and one metrics.jsonl line per step. It waits for each step's event here,
-// off the training thread, so training never stalls on reading its loss.
+// off the training thread and without spinning, so training never stalls on reading its loss;
+// the wait counts as device wait in the stats, not as busy. Once the event completed it reads
+// the step's device timing events (no further sync) and reports train's GPU-busy time to the
+// engine (host time on the CPU), which the stats and the verdict turn into train's GPU-busy share.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,10 +33,17 @@ class Log : public graph::Stage {
     flops_per_token_ = rc_.model.flops_per_token(rc_.cfg.training.seq_len);
   }
 
-  void process(graph::Item in, graph::Emitter&) override {
+  void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.loss.defined()) return;  // a checkpoint-only result (interrupted run)
-    wait_ready(r);                  // the step's values are on the host after this
+    out.add_device_wait(wait_ready(r));  // the step's values (and timing events) are complete after this
+    std::vector<std::pair<std::string, double>> phases;
+    if (r.timing) {
+      phases = r.timing->phase_ms();
+      double busy_ms = 0;
+      for (const auto& [phase, ms] : phases) busy_ms += ms;
+      out.add_device_busy(r.timing->stage, std::chrono::nanoseconds(static_cast<int64_t>(busy_ms * 1e6)));
+    }
     auto now = std::chrono::steady_clock::now();
     const float loss = r.loss.item<float>();
     const float norm = r.grad_norm.item<float>();
@@ -57,10 +67,20 @@ class Log : public graph::Stage {
     char json[512];
     std::snprintf(json, sizeof json,
                   "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
-                  "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f}",
+                  "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f",
                   static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
                   mfu, elapsed);
-    rc_.log->metric(json);
+    std::string metric = json;
+    // Per phase: device milliseconds on CUDA ("gpu_ms"), host milliseconds on the CPU ("host_ms").
+    if (!phases.empty()) {
+      metric += rc_.device.is_cuda() ? ",\"gpu_ms\":{" : ",\"host_ms\":{";
+      for (size_t i = 0; i < phases.size(); ++i) {
+        std::snprintf(json, sizeof json, "%s\"%s\":%.3f", i ? "," : "", phases[i].first.c_str(), phases[i].second);
+        metric += json;
+      }
+      metric += "}";
+    }
+    rc_.log->metric(metric + "}");
     if (!std::isfinite(loss)) rc_.log->print("warning: step " + std::to_string(r.step) + ": loss is not finite");
 
     if (r.step % rc_.cfg.logging.every == 0 || r.last || r.step == first_step_) {

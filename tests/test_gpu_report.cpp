@@ -1,0 +1,64 @@
+// tools/gpu_report.sh where there is no GPU (here, and in CI): it must stop before building
+// anything, exit 2, and name everything it is missing.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using test_util::contains;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result report(const std::string& env, const std::string& args) {
+  std::string cmd = env + " " + PIPELINE_SOURCE_DIR + "/tools/gpu_report.sh " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what is missing and builds nothing") {
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "debs");
+  const std::string env = "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 "
+                          "GPU_REPORT_DEBS=" + (root / "debs").string() + " GPU_REPORT_PREFIX=" + (root / "prefix").string() +
+                          " PIPELINE_BUILD_DIR=" + (root / "build").string() + " GPU_REPORT_OUT=" + (root / "out").string();
+  for (const char* mode : {"check", "test", "measure", "all"}) {
+    CAPTURE(mode);
+    auto r = report(env, mode);
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(contains(r.out, "cannot run here; missing:"));
+    CHECK(contains(r.out, "/nonexistent/nvidia-smi"));
+    CHECK(contains(r.out, "/nonexistent/python3"));
+    CHECK(contains(r.out, "libtbb-dev"));
+    CHECK(contains(r.out, "fetch-debs"));
+  }
+  CHECK_FALSE(fs::exists(root / "build"));   // stopped before configuring
+  CHECK_FALSE(fs::exists(root / "prefix"));  // and before unpacking
+
+  auto bad = report(env, "benchmark");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.out, "unknown mode 'benchmark'"));
+  fs::remove_all(root);
+}

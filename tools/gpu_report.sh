@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The GPU report: one command for a session that has the GPU machine (tools/device: no network
+# there, torch 2.11.0+cu130 in /opt/torch/.venv). It builds against that torch, runs the `gpu`
+# tests, times the model alone (bench_model, gpt2 at 16x1024 bf16, eager and CUDA graphs) and the
+# whole pipeline (200 steps of gpt2.toml and of gpt2_synthetic.toml), and prints one table.
+#
+#   tools/gpu_report.sh fetch-debs   here, where apt works: the Debian packages the build needs
+#                                    (.deb files) into .gpu_debs/, to carry to the GPU machine
+#   tools/gpu_report.sh check        what is missing to run here (exit 2 and a list if anything)
+#   tools/gpu_report.sh test         build + ctest -L gpu                       (~6 min)
+#   tools/gpu_report.sh measure      build + benchmarks + the two runs + table  (~6 min)
+#   tools/gpu_report.sh all          all of it (may exceed one 10-minute device call)
+#
+# On the GPU machine (each call under 10 minutes; the build is reused while the machine is warm):
+#   device run, carry [".gpu_debs"]:  tools/gpu_report.sh test
+#   device run, carry [".gpu_debs"]:  tools/gpu_report.sh measure
+# The .debs are unpacked with `dpkg -x` into .gpu_root/ (never into /) and found from there.
+#
+# Environment: GPU_REPORT_TORCH_PY (python with CUDA torch; default /opt/torch/.venv/bin/python3),
+# GPU_REPORT_DEBS (default .gpu_debs), GPU_REPORT_PREFIX (default .gpu_root), PIPELINE_BUILD_DIR
+# (default build-gpu), GPU_REPORT_OUT (default $OUT when set, else BUILD/gpu_report),
+# GPU_REPORT_STEPS (default 200), GPU_REPORT_NVIDIA_SMI (default nvidia-smi).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+MODE=${1:-all}
+TORCH_PY=${GPU_REPORT_TORCH_PY:-/opt/torch/.venv/bin/python3}
+DEBS=${GPU_REPORT_DEBS:-$ROOT/.gpu_debs}
+PREFIX=${GPU_REPORT_PREFIX:-$ROOT/.gpu_root}
+BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-gpu}
+OUTDIR=${GPU_REPORT_OUT:-${OUT:-$BUILD/gpu_report}}
+STEPS=${GPU_REPORT_STEPS:-200}
+NVIDIA_SMI=${GPU_REPORT_NVIDIA_SMI:-nvidia-smi}
+ARCH=x86_64-linux-gnu
+
+# What the build needs beyond a compiler, CMake, ninja and torch: the -dev packages of
+# tools/setup.sh's list and the runtime libraries their .so links point to. pkgconf finds zstd.
+DEB_PACKAGES=(libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15 libzstd-dev libzstd1
+              libtomlplusplus-dev libtomlplusplus3 libconcurrentqueue-dev doctest-dev libicu-dev libicu72
+              pkgconf pkgconf-bin libpkgconf3)
+
+say() { printf '[gpu_report] %s\n' "$*" >&2; }
+
+usage() { sed -n '2,25p' "$0"; }
+
+fetch_debs() {
+  command -v apt-get >/dev/null || { echo "gpu_report: fetch-debs needs apt-get (run it on a Debian/Ubuntu machine with network)" >&2; exit 2; }
+  mkdir -p "$DEBS"
+  (cd "$DEBS" && apt-get download "${DEB_PACKAGES[@]}")
+  if [[ -d $ROOT/.git || -f $ROOT/.git ]]; then
+    local exclude
+    exclude=$(git -C "$ROOT" rev-parse --git-path info/exclude)
+    grep -qx '/.gpu_debs/' "$exclude" 2>/dev/null || echo '/.gpu_debs/' >>"$exclude"
+  fi
+  say "$(ls "$DEBS" | wc -l) .deb files in $DEBS; carry it: device run with carry [\".gpu_debs\"]"
+}
+
+# Everything that is missing, all at once; exit 2 naming it.
+check() {
+  local missing=()
+  if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
+    missing+=("an NVIDIA GPU: $NVIDIA_SMI is not on PATH (this is not the GPU machine)")
+  elif ! "$NVIDIA_SMI" -L 2>/dev/null | grep -q '^GPU'; then
+    missing+=("an NVIDIA GPU: $NVIDIA_SMI -L lists none")
+  fi
+  if [[ ! -x $TORCH_PY ]]; then
+    missing+=("torch with CUDA: no python at $TORCH_PY (set GPU_REPORT_TORCH_PY)")
+  elif ! "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    missing+=("torch with CUDA: $TORCH_PY has no torch that sees a GPU")
+  fi
+  local venv_bin
+  venv_bin=$(dirname "$TORCH_PY")
+  command -v cmake >/dev/null 2>&1 || [[ -x $venv_bin/cmake ]] || missing+=("cmake")
+  command -v ninja >/dev/null 2>&1 || [[ -x $venv_bin/ninja ]] || missing+=("ninja")
+  command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || missing+=("a C++ compiler (c++ or g++)")
+  command -v dpkg-deb >/dev/null 2>&1 || missing+=("dpkg-deb (to unpack the carried .debs)")
+  local p absent=()
+  for p in "${DEB_PACKAGES[@]}"; do compgen -G "$DEBS/${p}_*.deb" >/dev/null || absent+=("$p"); done
+  ((${#absent[@]} == 0)) ||
+    missing+=("Debian packages in $DEBS: ${absent[*]} (run 'tools/gpu_report.sh fetch-debs' where apt works, then carry .gpu_debs)")
+  if ((${#missing[@]})); then
+    echo "gpu_report: cannot run here; missing:" >&2
+    for p in "${missing[@]}"; do echo "  - $p" >&2; done
+    exit 2
+  fi
+  export PATH=$venv_bin:$PATH
+}
+
+# The .debs, unpacked into PREFIX (once), and the environment that finds them.
+use_debs() {
+  if [[ ! -f $PREFIX/.unpacked ]]; then
+    say "unpacking ${#DEB_PACKAGES[@]} packages into $PREFIX"
+    mkdir -p "$PREFIX"
+    local p
+    for p in "${DEB_PACKAGES[@]}"; do dpkg-deb -x "$(compgen -G "$DEBS/${p}_*.deb" | head -1)" "$PREFIX"; done
+    touch "$PREFIX/.unpacked"
+  fi
+  export LD_LIBRARY_PATH=$PREFIX/usr/lib/$ARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PKG_CONFIG_LIBDIR=$PREFIX/usr/lib/$ARCH/pkgconfig:$PREFIX/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$PREFIX
+}
+
+build() {
+  local torch_dir
+  torch_dir=$("$TORCH_PY" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "share/cmake/Torch"))')
+  if [[ ! -f $BUILD/build.ninja ]]; then
+    say "configuring $BUILD against $torch_dir"
+    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
+      -DCMAKE_PREFIX_PATH="$PREFIX/usr;$PREFIX/usr/lib/$ARCH/cmake" -DICU_ROOT="$PREFIX/usr" \
+      -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DPIPELINE_WERROR=OFF >"$OUTDIR/configure.log" 2>&1 ||
+      { tail -30 "$OUTDIR/configure.log" >&2; exit 1; }
+  fi
+  say "building ($(nproc) jobs)"
+  cmake --build "$BUILD" -j"$(nproc)" --target pipeline bench_model test_model_gpu test_train_gpu >"$OUTDIR/build.log" 2>&1 ||
+    { tail -40 "$OUTDIR/build.log" >&2; exit 1; }
+}
+
+run_tests() {
+  say "ctest -L gpu"
+  local status=0
+  (cd "$BUILD" && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUTDIR/ctest.log" || status=$?
+  grep -E 'tests passed|tests failed' "$OUTDIR/ctest.log" | tail -1 >"$BUILD/gpu_tests.txt" || true
+  return $status
+}
+
+# key=value from bench_model's `result` line.
+field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<"$1"; }
+
+measure() {
+  local mode line
+  for mode in eager cuda_graph; do
+    say "bench_model gpt2 16x1024 bf16 $mode"
+    local flag=""
+    [[ $mode == cuda_graph ]] && flag=--cuda-graph
+    "$BUILD/tools/bench_model" --preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5 --dtype bf16 $flag \
+      2>&1 | tee "$OUTDIR/bench_$mode.log"
+    line=$(grep '^result ' "$OUTDIR/bench_$mode.log" || true)
+    [[ -n $line ]] || { echo "gpu_report: bench_model $mode printed no result line" >&2; exit 1; }
+    printf '%s\n' "$line" >"$OUTDIR/bench_$mode.result"
+  done
+  local cfg
+  for cfg in gpt2 gpt2_synthetic; do
+    say "pipeline run $cfg.toml, $STEPS steps"
+    rm -rf "$OUTDIR/run_$cfg"
+    (cd "$ROOT" && "$BUILD/tools/pipeline" run "$cfg.toml" --set training.steps="$STEPS" --set eval.every=0 \
+      --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.live=off \
+      --set run.dir="$OUTDIR/run_$cfg") 2>&1 | tee "$OUTDIR/run_$cfg.log" | tail -25
+  done
+  table | tee "$OUTDIR/gpu_report.md"
+}
+
+table() {
+  "$TORCH_PY" - "$OUTDIR" "$BUILD/gpu_tests.txt" "$("$NVIDIA_SMI" -L | head -1)" <<'EOF'
+import json, os, sys
+out, tests_file, gpu = sys.argv[1], sys.argv[2], sys.argv[3]
+
+def bench(mode):
+    line = open(os.path.join(out, f"bench_{mode}.result")).read().split()
+    return dict(kv.split("=", 1) for kv in line[1:])
+
+def run(cfg):
+    d = os.path.join(out, f"run_{cfg}")
+    metrics = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"loss"' in l]
+    summary = json.load(open(os.path.join(d, "stats_summary.json")))
+    train = next(s for s in summary["stages"] if s["type"] == "train")
+    busy = train["device_busy_s"] / train["wall_s"] if train["wall_s"] > 0 else 0.0
+    verdict = summary.get("verdict", {}).get("text", "")
+    gpu_ms = metrics[-1].get("gpu_ms", {})
+    return metrics[-1]["tokens_per_s"], metrics[-1]["ms_per_step"], busy, verdict, gpu_ms
+
+tests = open(tests_file).read().strip() if os.path.exists(tests_file) else "not run on this machine yet (tools/gpu_report.sh test)"
+print(f"\n## GPU report: {gpu}\n")
+print(f"ctest -L gpu: {tests}\n")
+print("| bench_model gpt2, 16x1024, bf16 | ms/step | tokens/s | MFU | peak memory |")
+print("| --- | --- | --- | --- | --- |")
+for mode in ("eager", "cuda_graph"):
+    b = bench(mode)
+    print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | {100*float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
+print()
+print("| pipeline run, 200 steps | tokens/s | ms/step | train GPU busy | GPU ms per step (fwd/bwd/step) | verdict |")
+print("| --- | --- | --- | --- | --- | --- |")
+rows = {}
+for cfg in ("gpt2", "gpt2_synthetic"):
+    tok, ms, busy, verdict, gpu_ms = rows[cfg] = run(cfg)
+    phases = " / ".join(f"{v:.1f}" for v in gpu_ms.values())
+    print(f"| {cfg}.toml | {tok:,.0f} | {ms:.1f} | {100*busy:.0f}% | {phases} | {verdict} |")
+print(f"\ninput-side cost: gpt2 / gpt2_synthetic tokens/s = {rows['gpt2'][0] / rows['gpt2_synthetic'][0]:.3f} (goal >= 0.99)")
+EOF
+}
+
+case $MODE in
+  -h|--help|help) usage ;;
+  fetch-debs) fetch_debs ;;
+  check) check; say "all present" ;;
+  test|measure|all)
+    check
+    mkdir -p "$OUTDIR"
+    use_debs
+    build
+    status=0
+    if [[ $MODE != measure ]]; then run_tests || status=$?; fi
+    if [[ $MODE != test ]]; then measure; fi
+    exit $status
+    ;;
+  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all; see --help)" >&2; exit 2 ;;
+esac
