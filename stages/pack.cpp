@@ -51,7 +51,7 @@ class Pack : public graph::Stage {
     size_t start = 0;
     for (bool first = true; avail - start >= need; first = false) {
       WindowPool::Window w = first ? pool_->reserved() : next_buffer();
-      copy_window(w.tokens.data_ptr<uint16_t>(), start, need, fresh);
+      copy_window(static_cast<uint16_t*>(w.tokens.data_ptr()), start, need, fresh);
       start += stride;
       consume(stride);
       Batch b;
