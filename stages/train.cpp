@@ -269,7 +269,7 @@ class Train : public graph::Stage {
       line += ", fp32 matmul precision " + rc_.cfg.training.matmul_precision +
               (rc_.cfg.training.cuda_graph ? ", CUDA graphs after " + std::to_string(kGraphWarmupSteps) + " eager steps" : "");
     rc_.log->print(line);
-    if (rc_.device.is_cuda() && backend != "flash_attention" && backend != "cudnn_attention")
+    if (rc_.device.is_cuda() && autocast_ && backend != "flash_attention" && backend != "cudnn_attention")
       rc_.log->print("warning: " + name_ + ": scaled_dot_product_attention takes the " + backend +
                      " kernel, not flash or cuDNN attention: expect a slower step and more memory");
   }

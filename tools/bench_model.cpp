@@ -78,7 +78,8 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("--batch, --seq and --steps must be > 0, --warmup >= 0");
   }
   if (o.dtype != "bf16" && o.dtype != "fp32") throw std::invalid_argument("--dtype: expected bf16 or fp32, got " + o.dtype);
-  if (o.cuda_graph && o.warmup < 3) throw std::invalid_argument("--cuda-graph needs --warmup >= 3 (eager steps before capture)");
+  if (o.cuda_graph && o.warmup < 4)
+    throw std::invalid_argument("--cuda-graph needs --warmup >= 4 (3 eager steps, then the capture, before timing)");
   return o;
 }
 

@@ -10,6 +10,7 @@
 #   tools/gpu_report.sh test         build + ctest -L gpu                       (~6 min)
 #   tools/gpu_report.sh measure      build + benchmarks + the two runs + table  (~6 min)
 #   tools/gpu_report.sh all          all of it (may exceed one 10-minute device call)
+#   tools/gpu_report.sh table        the table again, from the files the last measure left
 #
 # On the GPU machine (each call under 10 minutes; the build is reused while the machine is warm):
 #   device run, carry [".gpu_debs"]:  tools/gpu_report.sh test
@@ -41,18 +42,14 @@ DEB_PACKAGES=(libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15 libzst
 
 say() { printf '[gpu_report] %s\n' "$*" >&2; }
 
-usage() { sed -n '2,25p' "$0"; }
+usage() { sed -n '2,26p' "$0"; }
 
 fetch_debs() {
   command -v apt-get >/dev/null || { echo "gpu_report: fetch-debs needs apt-get (run it on a Debian/Ubuntu machine with network)" >&2; exit 2; }
   mkdir -p "$DEBS"
-  (cd "$DEBS" && apt-get download "${DEB_PACKAGES[@]}")
-  if [[ -d $ROOT/.git || -f $ROOT/.git ]]; then
-    local exclude
-    exclude=$(git -C "$ROOT" rev-parse --git-path info/exclude)
-    grep -qx '/.gpu_debs/' "$exclude" 2>/dev/null || echo '/.gpu_debs/' >>"$exclude"
-  fi
-  say "$(ls "$DEBS" | wc -l) .deb files in $DEBS; carry it: device run with carry [\".gpu_debs\"]"
+  # apt's sandbox user may not write here; the download itself is the same.
+  (cd "$DEBS" && apt-get -o APT::Sandbox::User=root download "${DEB_PACKAGES[@]}")
+  say "$(ls "$DEBS" | wc -l) .deb files in $DEBS (git-ignored); carry it: device run with carry [\".gpu_debs\"]"
 }
 
 # Everything that is missing, all at once; exit 2 naming it.
@@ -123,9 +120,6 @@ run_tests() {
   return $status
 }
 
-# key=value from bench_model's `result` line.
-field() { sed -n "s/.*[ ]$2=\([^ ]*\).*/\1/p" <<<"$1"; }
-
 measure() {
   local mode line
   for mode in eager cuda_graph; do
@@ -150,47 +144,57 @@ measure() {
 }
 
 table() {
-  "$TORCH_PY" - "$OUTDIR" "$BUILD/gpu_tests.txt" "$("$NVIDIA_SMI" -L | head -1)" <<'EOF'
+  local py=$TORCH_PY gpu
+  [[ -x $py ]] || py=python3
+  gpu=$("$NVIDIA_SMI" -L 2>/dev/null | head -1 || true)
+  "$py" - "$OUTDIR" "$BUILD/gpu_tests.txt" "${gpu:-no GPU seen by $NVIDIA_SMI}" <<'EOF'
 import json, os, sys
 out, tests_file, gpu = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def bench(mode):
-    line = open(os.path.join(out, f"bench_{mode}.result")).read().split()
-    return dict(kv.split("=", 1) for kv in line[1:])
+    words = open(os.path.join(out, f"bench_{mode}.result")).read().split()
+    return dict(w.split("=", 1) for w in words[1:])
 
 def run(cfg):
     d = os.path.join(out, f"run_{cfg}")
-    metrics = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"loss"' in l]
+    steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"loss"' in l]
     summary = json.load(open(os.path.join(d, "stats_summary.json")))
     train = next(s for s in summary["stages"] if s["type"] == "train")
-    busy = train["device_busy_s"] / train["wall_s"] if train["wall_s"] > 0 else 0.0
-    verdict = summary.get("verdict", {}).get("text", "")
-    gpu_ms = metrics[-1].get("gpu_ms", {})
-    return metrics[-1]["tokens_per_s"], metrics[-1]["ms_per_step"], busy, verdict, gpu_ms
+    last = steps[-1]
+    return {
+        "steps": last["step"],
+        "tok_s": last["tokens_per_s"],
+        "ms": last["ms_per_step"],
+        "busy": train["device_busy_s"] / train["wall_s"] if train["wall_s"] > 0 else 0.0,
+        "phases": last.get("gpu_ms", last.get("host_ms", {})),
+        "verdict": summary.get("verdict", {}).get("text", ""),
+    }
 
 tests = open(tests_file).read().strip() if os.path.exists(tests_file) else "not run on this machine yet (tools/gpu_report.sh test)"
 print(f"\n## GPU report: {gpu}\n")
 print(f"ctest -L gpu: {tests}\n")
-print("| bench_model gpt2, 16x1024, bf16 | ms/step | tokens/s | MFU | peak memory |")
+print("| bench_model gpt2 16x1024 bf16 | ms/step | tokens/s | MFU | peak memory |")
 print("| --- | --- | --- | --- | --- |")
 for mode in ("eager", "cuda_graph"):
     b = bench(mode)
-    print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | {100*float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
+    print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | "
+          f"{100 * float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
+rows = {cfg: run(cfg) for cfg in ("gpt2", "gpt2_synthetic")}
 print()
-print("| pipeline run, 200 steps | tokens/s | ms/step | train GPU busy | GPU ms per step (fwd/bwd/step) | verdict |")
-print("| --- | --- | --- | --- | --- | --- |")
-rows = {}
-for cfg in ("gpt2", "gpt2_synthetic"):
-    tok, ms, busy, verdict, gpu_ms = rows[cfg] = run(cfg)
-    phases = " / ".join(f"{v:.1f}" for v in gpu_ms.values())
-    print(f"| {cfg}.toml | {tok:,.0f} | {ms:.1f} | {100*busy:.0f}% | {phases} | {verdict} |")
-print(f"\ninput-side cost: gpt2 / gpt2_synthetic tokens/s = {rows['gpt2'][0] / rows['gpt2_synthetic'][0]:.3f} (goal >= 0.99)")
+print("| pipeline run | steps | tokens/s | ms/step | train GPU busy | last step, ms per phase | verdict |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for cfg, r in rows.items():
+    phases = ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
+    print(f"| {cfg}.toml | {r['steps']} | {r['tok_s']:,.0f} | {r['ms']:.1f} | {100 * r['busy']:.0f}% | {phases} | {r['verdict']} |")
+ratio = rows["gpt2"]["tok_s"] / rows["gpt2_synthetic"]["tok_s"] if rows["gpt2_synthetic"]["tok_s"] else float("nan")
+print(f"\ninput-side cost: gpt2 / gpt2_synthetic tokens/s = {ratio:.3f} (goal >= 0.99)")
 EOF
 }
 
 case $MODE in
   -h|--help|help) usage ;;
   fetch-debs) fetch_debs ;;
+  table) table ;;
   check) check; say "all present" ;;
   test|measure|all)
     check
@@ -202,5 +206,5 @@ case $MODE in
     if [[ $MODE != test ]]; then measure; fi
     exit $status
     ;;
-  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all; see --help)" >&2; exit 2 ;;
+  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all | table; see --help)" >&2; exit 2 ;;
 esac
