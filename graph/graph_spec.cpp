@@ -264,6 +264,24 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     st.ordered_commit = feeds_ordered[st.index] && st.max_workers > 1 && !st.is_source();
     st.renumber_input = st.ordered_commit && st.inputs.size() > 1;
   }
+  // Batches (several cheap items per message) go only to single-worker CPU stages: a parallel
+  // or own-thread consumer takes items one by one. A source batches when all its consumers take
+  // batches, at most half the smallest capacity (two batches fit) and 64 items.
+  for (auto& e : rt.edges) {
+    const StageRt& c = *rt.stages[e->consumer];
+    e->batches = rt.opts.batch && c.kind == StageKind::cpu && c.max_workers == 1;
+  }
+  for (auto& stp : rt.stages) {
+    StageRt& st = *stp;
+    if (!st.is_source() || st.outputs.empty()) continue;
+    int cap = 128;
+    bool all = true;
+    for (EdgeRt* e : st.outputs) {
+      cap = std::min(cap, rt.stages[e->consumer]->spec.capacity);
+      all &= e->batches;
+    }
+    st.batch_max = all ? std::max(1, cap / 2) : 1;
+  }
 
   rt.tracing = rt.opts.stats && rt.opts.trace && !rt.opts.run_dir.empty();
   for (auto& stp : rt.stages) {

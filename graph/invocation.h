@@ -33,6 +33,9 @@ class Invocation {
   /// Runs process() on one input (dropped after a failure; discarded on stop by stages that
   /// declare OnStop::discard).
   void process(Item item);
+  /// The input is a batch of `items` items (process() follows for each): the outputs are
+  /// batched per edge too, and the cost of an item is measured.
+  void take_batch(int64_t items);
   /// An end-of-stream marker from one input: after the last one, finalize (now, or when the
   /// stage's other invocations are done) and pass the end of stream on.
   void end_of_input();
@@ -61,9 +64,12 @@ class Invocation {
  private:
   void put(EdgeRt* e, Packet p);
   void deliver(EdgeRt* e, Packet p);
+  void send(Packet& p);
   void emit_end_of_stream();
   void finalize_and_end(bool deferred);
   void flush();
+  void flush_batches();
+  void flush_batch(size_t output);
   int64_t margin() const;
 
   Runtime& rt_;
@@ -81,6 +87,9 @@ class Invocation {
   bool skip_bundle_ = false;  // the deferred end of stream: another invocation sends its bundle
   std::shared_ptr<Bundle> bundle_;  // order-keeping parallel stages
   std::vector<Packet> held_;        // timed stages: outputs that leave at completion
+  bool batching_ = false;           // the input was a batch: outputs leave as one packet per edge
+  std::array<std::shared_ptr<std::vector<Item>>, kMaxOutputs> out_batch_{};
+  int64_t items_ = 0;               // inputs processed (for the cost of an item)
 };
 
 /// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).

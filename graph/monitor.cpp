@@ -121,7 +121,7 @@ void Monitor::sample(int64_t now) {
     StageRt& st = *stp;
     if (st.done.load(std::memory_order_relaxed)) continue;
     int64_t workers = st.is_source() ? 1 : st.worker_slots.bound();
-    double idle = static_cast<double>(std::max<int64_t>(0, workers - st.running_now.load(std::memory_order_relaxed))) * dt;
+    double idle = static_cast<double>(std::max<int64_t>(0, workers - st.running.load(std::memory_order_relaxed))) * dt;
     if (idle <= 0) continue;
     bool input = false, full = false;
     for (EdgeRt* e : st.inputs)

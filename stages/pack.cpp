@@ -5,7 +5,8 @@
 // device as is: 2 bytes a token cross the bus, where x and y as int64 took 16.
 //
 // The pool gates pack: the engine hands it an input only while a buffer is free and reserves
-// that buffer for the input's first window. An input that completes several windows (a long
+// that buffer for the input's first window (for the first input's, when an invocation carries a
+// batch of inputs). An input that completes several windows (a long
 // document, or small B*T) takes further free buffers if there are, and otherwise puts the rest
 // into overflow buffers allocated for them, counted and reported at the end of the run. Holding
 // windows back instead would grow pack's memory without bound under a slow consumer; overflow
@@ -50,7 +51,7 @@ class Pack : public graph::Stage {
     const size_t avail = carry_.size() + fresh.size();
     size_t start = 0;
     for (bool first = true; avail - start >= need; first = false) {
-      WindowPool::Window w = first ? pool_->reserved() : next_buffer();
+      WindowPool::Window w = next_buffer(first);
       copy_window(static_cast<uint16_t*>(w.tokens.data_ptr()), start, need, fresh);
       start += stride;
       consume(stride);
@@ -87,7 +88,10 @@ class Pack : public graph::Stage {
     int64_t offset;  // index of the chunk's first kept token in the tokens at hand (negative once consumed past)
   };
 
-  WindowPool::Window next_buffer() {
+  // The invocation's reserved buffer (first window of an input), else a free one, else overflow.
+  WindowPool::Window next_buffer(bool first) {
+    if (first)
+      if (auto w = pool_->reserved()) return std::move(*w);
     if (auto w = pool_->spare()) return std::move(*w);
     return pool_->overflow();
   }

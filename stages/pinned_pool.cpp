@@ -1,6 +1,8 @@
 // See pinned_pool.h.
 #include "stages/pinned_pool.h"
 
+#include <stdexcept>
+
 #include "model/device_event.h"
 
 namespace pipeline::stages {
@@ -22,7 +24,14 @@ WindowPool::Window WindowPool::window(int index) {
   return Window{buffers_[static_cast<size_t>(index)], std::make_shared<WindowLease>(gate_, index)};
 }
 
-WindowPool::Window WindowPool::reserved() { return window(gate_->acquire()); }
+std::optional<WindowPool::Window> WindowPool::reserved() {
+  // acquire() reports "no reservation left" by throwing; here that is an expected answer.
+  try {
+    return window(gate_->acquire());
+  } catch (const std::logic_error&) {
+    return std::nullopt;
+  }
+}
 
 std::optional<WindowPool::Window> WindowPool::spare() {
   if (auto i = gate_->try_acquire()) return window(*i);

@@ -45,8 +45,10 @@ class WindowPool {
     torch::Tensor tokens;                // (tokens) uint16
     std::shared_ptr<WindowLease> lease;  // null for an overflow buffer
   };
-  /// The buffer the engine reserved for the current input: an input's first window.
-  Window reserved();
+  /// The buffer the engine reserved for the current invocation, for its first window; nullopt
+  /// once taken. (The engine reserves one per invocation, and an invocation may carry a batch of
+  /// inputs: only the first window of the batch finds the reservation.)
+  std::optional<Window> reserved();
   /// Another buffer if one is free now; never waits.
   std::optional<Window> spare();
   /// A buffer from outside the pool, for a window beyond those the pool has free (an input that

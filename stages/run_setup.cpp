@@ -89,6 +89,7 @@ RunPlan plan_run(const RunRequest& req) {
   ctx->cfg = resolve_run_config(plan.doc, req.source_dir);
   plan.spec = graph::GraphSpec::from_config(plan.doc);
   plan.doc.check_all_used();
+  graph::validate(plan.spec);  // the graph's structure, before anything touches the disk
   ctx->model = model_config(ctx->cfg);
   ctx->device = pick_device(ctx->cfg);
 
