@@ -25,6 +25,7 @@ class WindowLease {
   WindowLease(const WindowLease&) = delete;
   WindowLease& operator=(const WindowLease&) = delete;
   int index() const { return index_; }
+  const graph::ResourcePool& pool() const { return *pool_; }
 
  private:
   std::shared_ptr<graph::ResourcePool> pool_;

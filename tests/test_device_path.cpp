@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "model/optim.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
+#include "stages/pinned_pool.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
@@ -65,9 +67,20 @@ class CountingAllocator final : public c10::Allocator {
 
 // The token stream of the bundled token dataset, and a sink that checks each batch's window
 // against it: window i must be tokens [i*B*T, i*B*T + B*T + 1).
+// With `delay`, the sink is slower than pack, so pack's pool runs dry; it records the most of
+// the pool's buffers it ever saw handed out at once, and how many windows came in overflow
+// buffers instead.
 struct WindowCheck {
   std::vector<uint16_t> stream;
-  std::atomic<int64_t> windows{0}, wrong{0};
+  std::chrono::microseconds delay{0};
+  std::atomic<int64_t> windows{0}, wrong{0}, overflow{0};
+  std::atomic<int> pool_size{0}, max_in_use{0};
+
+  void reset(std::chrono::microseconds d) {
+    delay = d;
+    windows = wrong = overflow = 0;
+    pool_size = max_in_use = 0;
+  }
 } g_check;
 
 class WindowCheckSink : public graph::Stage {
@@ -80,7 +93,17 @@ class WindowCheckSink : public graph::Stage {
     if (b.tokens.scalar_type() != torch::kUInt16 || b.tokens.numel() != static_cast<int64_t>(n) ||
         at + n > g_check.stream.size() || !std::equal(p, p + n, g_check.stream.begin() + static_cast<std::ptrdiff_t>(at)))
       g_check.wrong.fetch_add(1);
+    if (b.lease) {
+      const auto& pool = b.lease->pool();
+      const int in_use = pool.size() - pool.free_count();
+      g_check.pool_size = pool.size();
+      for (int m = g_check.max_in_use.load(); in_use > m && !g_check.max_in_use.compare_exchange_weak(m, in_use);) {
+      }
+    } else {
+      g_check.overflow.fetch_add(1);
+    }
     g_check.windows.fetch_add(1);
+    if (g_check.delay.count() > 0) std::this_thread::sleep_for(g_check.delay);
   }
 };
 PIPELINE_STAGE(test_window_check, {.name = "test_window_check",
@@ -152,32 +175,76 @@ TEST_CASE("pack fills windows across chunks of any size, with two buffers and ov
   fs::remove_all(root);
 }
 
-TEST_CASE("pack alone, fed cheap chunks that the engine batches, cuts every window of the stream exactly") {
-  // No model: the whole graph is cheap, so the source sends chunks to pack in batches (several
-  // inputs per invocation, one buffer reserved for them all), and pack's pool of 3 buffers is
-  // short of the windows a batch completes.
+namespace {
+
+// The bundled token dataset's train split, whole, as the sink checks windows against it.
+void load_check_stream() {
+  if (!g_check.stream.empty()) return;
   pipeline::datasets::TokenDatasetReader reader;
   reader.open(kData + "tokens", "train");
   g_check.stream.assign(400000, 0);
   size_t got = 0, n;
   while ((n = reader.read(std::span<uint16_t>(g_check.stream).subspan(got))) > 0) got += n;
   g_check.stream.resize(got);
-  g_check.windows = 0;
-  g_check.wrong = 0;
-  auto root = temp_dir("pack_alone");
+}
+
+// read_tokens -> pack -> test_window_check, no model, over the whole split once.
+std::string pack_alone_toml(const fs::path& dir, int chunk_tokens, int buffers, int capacity) {
   std::ostringstream toml;
-  toml << "[run]\ndir = \"" << (root / "r").string() << "\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
+  toml << "[run]\ndir = \"" << dir.string() << "\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
        << "[data]\ndataset = \"" << kData << "tokens\"\nloop = false\n"
        << "[training]\nbatch_size = 2\nseq_len = 32\n[eval]\nevery = 0\n[checkpoint]\nat_end = false\n"
        << "[logging]\nlive = \"off\"\ntrace = false\n"
-       << "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 150\n"
-       << "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 16\nbuffers = 3\n"
-       << "[stages.check]\ntype = \"test_window_check\"\ninput = \"pack\"\ncapacity = 16\n";
-  run(toml.str(), root / "r");
-  const int64_t expected = (static_cast<int64_t>(got) - 1) / 64;  // windows of 65 tokens, 64 apart
+       << "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = " << chunk_tokens << "\n"
+       << "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = " << capacity << "\nbuffers = " << buffers << "\n"
+       << "[stages.check]\ntype = \"test_window_check\"\ninput = \"pack\"\ncapacity = " << capacity << "\n";
+  return toml.str();
+}
+
+// Windows of 65 tokens, 64 apart, in the whole split.
+int64_t expected_windows() { return (static_cast<int64_t>(g_check.stream.size()) - 1) / 64; }
+
+}  // namespace
+
+TEST_CASE("pack alone, fed cheap chunks that the engine batches, cuts every window of the stream exactly") {
+  // No model: the whole graph is cheap, so the source sends chunks to pack in batches (several
+  // inputs per invocation, one buffer reserved for them all), and pack's pool of 3 buffers is
+  // short of the windows a batch completes.
+  load_check_stream();
+  g_check.reset(std::chrono::microseconds(0));
+  auto root = temp_dir("pack_alone");
+  run(pack_alone_toml(root / "r", 150, 3, 16), root / "r");
   MESSAGE(g_check.windows.load() << " windows checked");
-  CHECK(g_check.windows.load() == expected);
+  CHECK(g_check.windows.load() == expected_windows());
   CHECK(g_check.wrong.load() == 0);
+  fs::remove_all(root);
+}
+
+TEST_CASE("a pool smaller than the queues: never more buffers out than the pool has, and no deadlock") {
+  // 2 buffers, queues of 16, and a sink slower than pack: pack must wait for buffers through the
+  // engine (admission), never by blocking a thread, and every window must still arrive intact
+  // (a buffer handed out twice would have its first window overwritten before the sink read it).
+  // Chunks of 300 tokens complete 4 or 5 windows each, more than the pool holds: the rest go to
+  // overflow buffers. A watchdog turns a deadlock into a failure instead of a hung test.
+  load_check_stream();
+  g_check.reset(std::chrono::microseconds(100));
+  auto root = temp_dir("pool_bound");
+  auto finished = std::async(std::launch::async, [&] { run(pack_alone_toml(root / "r", 300, 2, 16), root / "r"); });
+  if (finished.wait_for(std::chrono::minutes(3)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: the run did not finish in 3 minutes (deadlock?) after %lld of %lld windows\n",
+                 static_cast<long long>(g_check.windows.load()), static_cast<long long>(expected_windows()));
+    std::_Exit(1);
+  }
+  finished.get();
+  MESSAGE(g_check.windows.load() << " windows, " << g_check.overflow.load() << " in overflow buffers, at most "
+                                 << g_check.max_in_use.load() << " of the pool's " << g_check.pool_size.load()
+                                 << " buffers out at once");
+  CHECK(g_check.windows.load() == expected_windows());
+  CHECK(g_check.wrong.load() == 0);
+  CHECK(g_check.pool_size.load() == 2);
+  CHECK(g_check.max_in_use.load() == 2);  // the pool ran dry (the gate was exercised) and never went past it
+  CHECK(g_check.overflow.load() > 0);
+  CHECK(g_check.overflow.load() < g_check.windows.load());
   fs::remove_all(root);
 }
 

@@ -1,5 +1,8 @@
 // tools/gpu_report.sh where there is no GPU (here, and in CI): it must stop before building
-// anything, exit 2, and name everything it is missing.
+// anything, exit 2, and name everything it is missing. And its measuring half (`rerun`: the
+// benchmark, the two pipeline runs and the table), run on the CPU with a tiny model, so that the
+// day a GPU is lent the report does not fail on a format it parses (bench_model's result line,
+// metrics.jsonl, stats_summary.json) or a command line it builds.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,3 +65,37 @@ TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what i
   CHECK(contains(bad.out, "unknown mode 'benchmark'"));
   fs::remove_all(root);
 }
+
+#ifdef PIPELINE_GPU_REPORT_PROGRAMS
+TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its table from real outputs") {
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_rerun_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string out = (root / "out").string();
+  const std::string env =
+      "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 "
+      "PIPELINE_BUILD_DIR=" + std::string(PIPELINE_BINARY_DIR) + " GPU_REPORT_OUT=" + out + " GPU_REPORT_STEPS=3 "
+      "GPU_REPORT_BENCH_MODES=eager "
+      "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
+      "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
+      "--set training.seq_len=32 --set training.dtype=fp32'";
+  auto r = report(env, "rerun");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.out, "## GPU report: no GPU seen by /nonexistent/nvidia-smi"));
+  CHECK(contains(r.out, "| bench_model --preset tiny --batch 2 --seq 32"));
+  CHECK(contains(r.out, "| eager | "));
+  CHECK(contains(r.out, "| cuda_graph | not run |"));
+  CHECK(contains(r.out, "| gpt2.toml | 3 | "));
+  CHECK(contains(r.out, "| gpt2_synthetic.toml | 3 | "));
+  CHECK(contains(r.out, "fwd "));  // the per-phase times of the last step (host_ms on the CPU)
+  CHECK(contains(r.out, "input-side cost: gpt2 / gpt2_synthetic tokens/s = "));
+  CHECK_FALSE(contains(r.out, "= nan"));
+  CHECK(fs::exists(root / "out" / "gpu_report.md"));
+
+  // table alone prints it again from the files left behind.
+  auto again = report(env, "table");
+  CHECK(again.code == 0);
+  CHECK(contains(again.out, "| gpt2_synthetic.toml | 3 | "));
+  fs::remove_all(root);
+}
+#endif

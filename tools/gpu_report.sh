@@ -11,6 +11,7 @@
 #   tools/gpu_report.sh measure      build + benchmarks + the two runs + table  (~6 min)
 #   tools/gpu_report.sh all          all of it (may exceed one 10-minute device call)
 #   tools/gpu_report.sh table        the table again, from the files the last measure left
+#   tools/gpu_report.sh rerun        measure again with the programs already built, no checks
 #
 # On the GPU machine (each call under 10 minutes; the build is reused while the machine is warm):
 #   device run, carry [".gpu_debs"]:  tools/gpu_report.sh test
@@ -20,7 +21,10 @@
 # Environment: GPU_REPORT_TORCH_PY (python with CUDA torch; default /opt/torch/.venv/bin/python3),
 # GPU_REPORT_DEBS (default .gpu_debs), GPU_REPORT_PREFIX (default .gpu_root), PIPELINE_BUILD_DIR
 # (default build-gpu), GPU_REPORT_OUT (default $OUT when set, else BUILD/gpu_report),
-# GPU_REPORT_STEPS (default 200), GPU_REPORT_NVIDIA_SMI (default nvidia-smi).
+# GPU_REPORT_STEPS (default 200), GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS
+# (bench_model's arguments; default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager
+# cuda_graph"), GPU_REPORT_RUN_ARGS (more arguments to both runs, e.g. --set run.device=cpu: the
+# CPU test of this script runs `rerun` on a tiny model with them).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,6 +36,9 @@ BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-gpu}
 OUTDIR=${GPU_REPORT_OUT:-${OUT:-$BUILD/gpu_report}}
 STEPS=${GPU_REPORT_STEPS:-200}
 NVIDIA_SMI=${GPU_REPORT_NVIDIA_SMI:-nvidia-smi}
+BENCH_ARGS=${GPU_REPORT_BENCH_ARGS:---preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5 --dtype bf16}
+BENCH_MODES=${GPU_REPORT_BENCH_MODES:-eager cuda_graph}
+RUN_ARGS=${GPU_REPORT_RUN_ARGS:-}
 ARCH=x86_64-linux-gnu
 
 # What the build needs beyond a compiler, CMake, ninja and torch: the -dev packages of
@@ -42,7 +49,7 @@ DEB_PACKAGES=(libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15 libzst
 
 say() { printf '[gpu_report] %s\n' "$*" >&2; }
 
-usage() { sed -n '2,26p' "$0"; }
+usage() { sed -n '2,31p' "$0"; }
 
 fetch_debs() {
   command -v apt-get >/dev/null || { echo "gpu_report: fetch-debs needs apt-get (run it on a Debian/Ubuntu machine with network)" >&2; exit 2; }
@@ -122,12 +129,18 @@ run_tests() {
 
 measure() {
   local mode line
-  for mode in eager cuda_graph; do
-    say "bench_model gpt2 16x1024 bf16 $mode"
+  rm -f "$OUTDIR"/bench_*.result
+  for mode in $BENCH_MODES; do
+    say "bench_model $BENCH_ARGS ($mode)"
     local flag=""
     [[ $mode == cuda_graph ]] && flag=--cuda-graph
-    "$BUILD/tools/bench_model" --preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5 --dtype bf16 $flag \
-      2>&1 | tee "$OUTDIR/bench_$mode.log"
+    # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+    if ! "$BUILD/tools/bench_model" $BENCH_ARGS $flag >"$OUTDIR/bench_$mode.log" 2>&1; then
+      tail -20 "$OUTDIR/bench_$mode.log" >&2
+      echo "gpu_report: bench_model ($mode) failed; log: $OUTDIR/bench_$mode.log" >&2
+      exit 1
+    fi
+    cat "$OUTDIR/bench_$mode.log"
     line=$(grep '^result ' "$OUTDIR/bench_$mode.log" || true)
     [[ -n $line ]] || { echo "gpu_report: bench_model $mode printed no result line" >&2; exit 1; }
     printf '%s\n' "$line" >"$OUTDIR/bench_$mode.result"
@@ -136,9 +149,15 @@ measure() {
   for cfg in gpt2 gpt2_synthetic; do
     say "pipeline run $cfg.toml, $STEPS steps"
     rm -rf "$OUTDIR/run_$cfg"
-    (cd "$ROOT" && "$BUILD/tools/pipeline" run "$cfg.toml" --set training.steps="$STEPS" --set eval.every=0 \
+    # shellcheck disable=SC2086  # RUN_ARGS is a list of words
+    if ! (cd "$ROOT" && "$BUILD/tools/pipeline" run "$cfg.toml" --set training.steps="$STEPS" --set eval.every=0 \
       --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.live=off \
-      --set run.dir="$OUTDIR/run_$cfg") 2>&1 | tee "$OUTDIR/run_$cfg.log" | tail -25
+      --set run.dir="$OUTDIR/run_$cfg" $RUN_ARGS) >"$OUTDIR/run_$cfg.log" 2>&1; then
+      tail -20 "$OUTDIR/run_$cfg.log" >&2
+      echo "gpu_report: pipeline run $cfg.toml failed; log: $OUTDIR/run_$cfg.log" >&2
+      exit 1
+    fi
+    tail -25 "$OUTDIR/run_$cfg.log"
   done
   table | tee "$OUTDIR/gpu_report.md"
 }
@@ -147,9 +166,9 @@ table() {
   local py=$TORCH_PY gpu
   [[ -x $py ]] || py=python3
   gpu=$("$NVIDIA_SMI" -L 2>/dev/null | head -1 || true)
-  "$py" - "$OUTDIR" "$BUILD/gpu_tests.txt" "${gpu:-no GPU seen by $NVIDIA_SMI}" <<'EOF'
+  "$py" - "$OUTDIR" "$BUILD/gpu_tests.txt" "${gpu:-no GPU seen by $NVIDIA_SMI}" "$BENCH_ARGS" <<'EOF'
 import json, os, sys
-out, tests_file, gpu = sys.argv[1], sys.argv[2], sys.argv[3]
+out, tests_file, gpu, bench_args = sys.argv[1:5]
 
 def bench(mode):
     words = open(os.path.join(out, f"bench_{mode}.result")).read().split()
@@ -173,9 +192,12 @@ def run(cfg):
 tests = open(tests_file).read().strip() if os.path.exists(tests_file) else "not run on this machine yet (tools/gpu_report.sh test)"
 print(f"\n## GPU report: {gpu}\n")
 print(f"ctest -L gpu: {tests}\n")
-print("| bench_model gpt2 16x1024 bf16 | ms/step | tokens/s | MFU | peak memory |")
+print(f"| bench_model {bench_args} | ms/step | tokens/s | MFU | peak memory |")
 print("| --- | --- | --- | --- | --- |")
 for mode in ("eager", "cuda_graph"):
+    if not os.path.exists(os.path.join(out, f"bench_{mode}.result")):
+        print(f"| {mode} | not run | | | |")
+        continue
     b = bench(mode)
     print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | "
           f"{100 * float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
@@ -195,6 +217,7 @@ case $MODE in
   -h|--help|help) usage ;;
   fetch-debs) fetch_debs ;;
   table) table ;;
+  rerun) mkdir -p "$OUTDIR"; measure ;;
   check) check; say "all present" ;;
   test|measure|all)
     check
@@ -206,5 +229,5 @@ case $MODE in
     if [[ $MODE != test ]]; then measure; fi
     exit $status
     ;;
-  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all | table; see --help)" >&2; exit 2 ;;
+  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all | table | rerun; see --help)" >&2; exit 2 ;;
 esac
