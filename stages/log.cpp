@@ -4,6 +4,7 @@
 // the wait counts as device wait in the stats, not as busy. Once the event completed it reads
 // the step's device timing events (no further sync) and reports train's GPU-busy time to the
 // engine (host time on the CPU), which the stats and the verdict turn into train's GPU-busy share.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -38,10 +39,10 @@ class Log : public graph::Stage {
     if (!r.loss.defined()) return;  // a checkpoint-only result (interrupted run)
     out.add_device_wait(wait_ready(r));  // the step's values (and timing events) are complete after this
     std::vector<std::pair<std::string, double>> phases;
+    double busy_ms = 0;
     if (r.timing) {
       phases = r.timing->phase_ms();
-      double busy_ms = 0;
-      for (const auto& [phase, ms] : phases) busy_ms += ms;
+      busy_ms = r.timing->total_ms();
       out.add_device_busy(r.timing->stage, std::chrono::nanoseconds(static_cast<int64_t>(busy_ms * 1e6)));
     }
     auto now = std::chrono::steady_clock::now();
@@ -53,11 +54,15 @@ class Log : public graph::Stage {
       t0_ = now;
       first_step_ = r.step;
       last_ = now;
+    } else if (r.timing) {
+      busy_after_first_ms_ += busy_ms;
+      train_name_ = r.timing->stage;
     }
     double dt = std::chrono::duration<double>(now - last_).count();
     last_ = now;
     double elapsed = std::chrono::duration<double>(now - t0_).count();
     int64_t steps_timed = r.step - first_step_;
+    timed_s_ = elapsed;
     double tok_s = steps_timed > 0 && elapsed > 0 ? static_cast<double>(steps_timed * r.tokens) / elapsed : 0;
     double ms_step = steps_timed > 0 ? 1000.0 * elapsed / static_cast<double>(steps_timed) : dt * 1000;
     double mfu = rc_.device.is_cuda() ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12) : 0;
@@ -98,9 +103,27 @@ class Log : public graph::Stage {
     }
   }
 
+  // train's busy share between the first step and the last: on CUDA the GPU's (device events),
+  // which tells a GPU-bound run from one whose GPU waits for launches or for input.
+  void finalize(graph::Emitter&) override {
+    if (train_name_.empty() || !(timed_s_ > 0)) return;
+    // Capped: log sees a step a little after train finished it, so the span can come out short.
+    const double share = std::min(1.0, busy_after_first_ms_ / 1000.0 / timed_s_);
+    char line[256];
+    if (rc_.device.is_cuda())
+      std::snprintf(line, sizeof line, "%s: GPU busy %.0f%% in forward, backward and step (device events)%s", train_name_.c_str(),
+                    100 * share, share < 0.9 ? "; the GPU idles the rest: launch-bound or waiting for input" : "");
+    else
+      std::snprintf(line, sizeof line, "%s: busy %.0f%% in forward, backward and step (host clock)", train_name_.c_str(),
+                    100 * share);
+    rc_.log->print(line);
+  }
+
  private:
   RunContext& rc_;
   double flops_per_token_ = 0;
+  double busy_after_first_ms_ = 0, timed_s_ = 0;  // since the first step completed
+  std::string train_name_;
   bool started_ = false;
   int64_t first_step_ = 0;
   std::chrono::steady_clock::time_point t0_, last_;

@@ -56,7 +56,7 @@ fetch_debs() {
   mkdir -p "$DEBS"
   # apt's sandbox user may not write here; the download itself is the same.
   (cd "$DEBS" && apt-get -o APT::Sandbox::User=root download "${DEB_PACKAGES[@]}")
-  say "$(ls "$DEBS" | wc -l) .deb files in $DEBS (git-ignored); carry it: device run with carry [\".gpu_debs\"]"
+  say "$(find "$DEBS" -name "*.deb" | wc -l) .deb files in $DEBS (git-ignored); carry it: device run with carry [\".gpu_debs\"]"
 }
 
 # Everything that is missing, all at once; exit 2 naming it.
