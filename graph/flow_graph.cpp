@@ -59,12 +59,11 @@ void FlowGraph::build_stage(StageRt& st) {
   // The admission chain: worker slots, one bound per output edge, pooled resources.
   std::vector<Limiter*> chain;
   if (!st.is_source()) {
-    st.worker_slots.open(g_, st.max_workers, st.max_workers, false);
+    st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
     chain.push_back(st.worker_slots.limiter.get());
   }
   for (EdgeRt* e : st.outputs) {
-    int capacity = rt.stages[e->consumer]->spec.capacity;
-    e->credits.open(g_, capacity, capacity, /*send_unlocked=*/st.is_source());
+    e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
     chain.push_back(e->credits.limiter.get());
   }
   if (st.pool) {

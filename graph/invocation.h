@@ -60,6 +60,10 @@ class Invocation {
   bool take_resource_reservation();
   /// ResourcePool::try_acquire: one more resource credit if the gate has one.
   bool extra_resource();
+  /// The thread CPU time of stage code, sampled (stats): the weight of this invocation's
+  /// sample (0: not sampled), and the time measured.
+  int cpu_weight() const { return cpu_weight_; }
+  void add_cpu(int64_t ns) { c_->cpu_ns.store(c_->cpu_ns.load(std::memory_order_relaxed) + ns * cpu_weight_, std::memory_order_relaxed); }
 
  private:
   void put(EdgeRt* e, Packet p);
@@ -90,6 +94,7 @@ class Invocation {
   bool batching_ = false;           // the input was a batch: outputs leave as one packet per edge
   std::array<std::shared_ptr<std::vector<Item>>, kMaxOutputs> out_batch_{};
   int64_t items_ = 0;               // inputs processed (for the cost of an item)
+  int cpu_weight_ = 0;
 };
 
 /// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).

@@ -114,17 +114,21 @@ struct EdgeRt {
   int out_index = 0;                  // the producer's output port
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
   bool batches = false;  // may carry several items per packet: the consumer is a single-worker CPU stage
+  bool tune_capacity = false;  // the autotuner may move the bound (capacity = "auto", [run] autotune)
+  int start_capacity = 8, max_capacity = 8;
   Credits credits;
 
   std::atomic<int64_t> load{0};      // items (and end markers) on the edge now
   std::atomic<int64_t> held{0};      // of those, held by the producer (a bundle waiting for its turn, a timer)
+  std::atomic<int64_t> in_order{0};  // of those, in bundles waiting for their turn in order
   std::atomic<int64_t> high_water{0};
   std::atomic<uint64_t> next_seq{0};     // items' sequence numbers on this edge: 0, 1, 2, ...
   std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
 
-  // Monitor-owned occupancy samples.
+  // Monitor-owned occupancy samples (cumulative, so that a window is a difference).
   std::vector<uint64_t> hist;
-  uint64_t samples = 0;
+  uint64_t samples = 0, full_n = 0, empty_n = 0;
+  double sum = 0;
   double window_sum = 0, last_window_mean = 0;
   uint64_t window_n = 0;
 
@@ -169,6 +173,8 @@ struct StageRt {
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
   bool renumber_input = false;  // several inputs and ordered_commit: a serial node numbers them
   int max_workers = 1;          // worker slots (the limiter threshold)
+  int start_workers = 1;        // the concurrency the run starts with
+  bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
   std::shared_ptr<ResourcePool> pool;
 
   // Nodes (flow_build.cpp).
@@ -217,7 +223,9 @@ struct StageRt {
   uint64_t bodies = 0;        // sources: input_node body calls, to revise `batch` now and then
 
   // Monitor-owned idle classification (seconds of idle worker time by cause).
-  double idle_starved_w = 0, idle_blocked_w = 0, idle_ready_w = 0;
+  double idle_starved_w = 0, idle_blocked_w = 0, idle_order_w = 0, idle_ready_w = 0;
+  std::atomic<int64_t> first_ns{0};      // when the stage first took an input (a source: produced)
+  std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
 
   StageRt();
   ~StageRt();  // out of line: DeviceThread is only complete in device_thread.cpp

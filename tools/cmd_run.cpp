@@ -98,6 +98,7 @@ int run_main(const std::vector<std::string>& args) {
   opts.run_dir = ctx.run_dir;
   opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
   opts.trace = ctx.cfg.logging.trace;
+  opts.autotune = ctx.cfg.run.autotune;
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
   // holds so far (config.toml, an empty metrics.jsonl) is removed again.
@@ -137,8 +138,8 @@ int run_main(const std::vector<std::string>& args) {
     }
   }
   ctx.log->set_printer(nullptr);
-  auto snap = engine.snapshot();
-  auto verdict = graph::analyze(snap);
+  auto snap = engine.final_snapshot();
+  auto verdict = snap.verdict.kind.empty() ? graph::analyze(snap) : snap.verdict;
   std::cout << "\n";
   graph::print_summary(std::cout, snap, verdict);
 
