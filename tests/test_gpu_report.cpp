@@ -3,10 +3,8 @@
 // benchmark, the two pipeline runs and the table), run on the CPU with a tiny model, so that the
 // day a GPU is lent the report does not fail on a format it parses (bench_model's result line,
 // metrics.jsonl, stats_summary.json) or a command line it builds.
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -19,22 +17,15 @@ using test_util::contains;
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
+test_util::ShellResult report(const std::string& env, const std::string& args) {
+  return test_util::shell(env + " " + PIPELINE_SOURCE_DIR + "/tools/gpu_report.sh " + args);
+}
 
-Result report(const std::string& env, const std::string& args) {
-  std::string cmd = env + " " + PIPELINE_SOURCE_DIR + "/tools/gpu_report.sh " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+// The environment of a machine without a GPU or CUDA torch, with its files under `root`.
+std::string no_gpu_env(const fs::path& root) {
+  return "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 GPU_REPORT_DEBS=" +
+         (root / "debs").string() + " GPU_REPORT_PREFIX=" + (root / "prefix").string() + " GPU_REPORT_OUT=" +
+         (root / "out").string();
 }
 
 }  // namespace
@@ -43,9 +34,7 @@ TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what i
   auto root = fs::temp_directory_path() / ("pipeline_gpu_report_" + std::to_string(::getpid()));
   fs::remove_all(root);
   fs::create_directories(root / "debs");
-  const std::string env = "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 "
-                          "GPU_REPORT_DEBS=" + (root / "debs").string() + " GPU_REPORT_PREFIX=" + (root / "prefix").string() +
-                          " PIPELINE_BUILD_DIR=" + (root / "build").string() + " GPU_REPORT_OUT=" + (root / "out").string();
+  const std::string env = no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + (root / "build").string();
   for (const char* mode : {"check", "test", "measure", "all"}) {
     CAPTURE(mode);
     auto r = report(env, mode);
@@ -70,11 +59,8 @@ TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what i
 TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its table from real outputs") {
   auto root = fs::temp_directory_path() / ("pipeline_gpu_report_rerun_" + std::to_string(::getpid()));
   fs::remove_all(root);
-  const std::string out = (root / "out").string();
   const std::string env =
-      "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 "
-      "PIPELINE_BUILD_DIR=" + std::string(PIPELINE_BINARY_DIR) + " GPU_REPORT_OUT=" + out + " GPU_REPORT_STEPS=3 "
-      "GPU_REPORT_BENCH_MODES=eager "
+      no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR + " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
       "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
       "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
       "--set training.seq_len=32 --set training.dtype=fp32'";

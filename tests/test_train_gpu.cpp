@@ -37,6 +37,15 @@ const bool kCudaPresent = [] {
 
 double as_double(const std::string& s) { return std::stod(s); }
 
+// Every step of `ref` has a loss in `got` within `rel` of it (relative).
+void check_losses_close(const RunResult& got, const RunResult& ref, double rel, const char* what) {
+  for (const auto& [step, loss] : ref.losses) {
+    INFO(what << ", step " << step << ": " << loss << " vs " << (got.losses.count(step) ? got.losses.at(step) : "none"));
+    REQUIRE(got.losses.count(step) == 1);
+    CHECK(std::abs(as_double(got.losses.at(step)) - as_double(loss)) < rel * std::abs(as_double(loss)));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("CUDA training through pack's pinned windows and h2d follows the CPU run") {
@@ -46,11 +55,8 @@ TEST_CASE("CUDA training through pack's pinned windows and h2d follows the CPU r
   auto gpu = run(tiny_config(root / "gpu", kTextInput), root / "gpu", {"training.steps=12", "run.device=\"cuda\""});
   REQUIRE(cpu.losses.size() == 12);
   REQUIRE(gpu.losses.size() == 12);
-  for (const auto& [step, loss] : cpu.losses) {
-    INFO("step " << step << ": cpu " << loss << " gpu " << gpu.losses[step]);
-    // Same batches and weights; fp32 kernels differ only in summation order.
-    CHECK(std::abs(as_double(gpu.losses[step]) - as_double(loss)) < 1e-3 * std::abs(as_double(loss)));
-  }
+  // Same batches and weights; fp32 kernels differ only in summation order.
+  check_losses_close(gpu, cpu, 1e-3, "gpu vs cpu");
   fs::remove_all(root);
 }
 
@@ -63,8 +69,7 @@ TEST_CASE("two pinned buffers recycled over many batches keep every batch intact
   o.push_back("run.device=\"cuda\"");
   auto gpu = run(tiny_config(root / "gpu", kTextInput), root / "gpu", o);
   REQUIRE(gpu.losses.size() == 40);
-  for (const auto& [step, loss] : cpu.losses)
-    CHECK(std::abs(as_double(gpu.losses[step]) - as_double(loss)) < 2e-3 * std::abs(as_double(loss)));
+  check_losses_close(gpu, cpu, 2e-3, "gpu vs cpu");
   fs::remove_all(root);
 }
 
@@ -87,12 +92,9 @@ TEST_CASE("CUDA graphs: the losses of eager training, within bf16 tolerance") {
   auto graph = run(tiny_config(root / "g", kTextInput), root / "g", o);
   REQUIRE(eager.losses.size() == 24);
   REQUIRE(graph.losses.size() == 24);
-  for (const auto& [step, loss] : eager.losses) {
-    INFO("step " << step << ": eager " << loss << " graph " << graph.losses[step]);
-    // Steps 1-3 run eagerly in both; then the same kernels, replayed. bf16 and atomics in the
-    // embedding backward leave small differences that grow slowly over steps.
-    CHECK(std::abs(as_double(graph.losses[step]) - as_double(loss)) < 2e-2 * std::abs(as_double(loss)));
-  }
+  // Steps 1-3 run eagerly in both; then the same kernels, replayed. bf16 and atomics in the
+  // embedding backward leave small differences that grow slowly over steps.
+  check_losses_close(graph, eager, 2e-2, "graph vs eager");
   CHECK(fs::exists(graph.checkpoint));
   fs::remove_all(root);
 }
@@ -104,8 +106,7 @@ TEST_CASE("gradient accumulation under CUDA graphs follows eager") {
   o.push_back("training.cuda_graph=true");
   auto graph = run(tiny_config(root / "g", kTextInput), root / "g", o);
   REQUIRE(graph.losses.size() == 10);
-  for (const auto& [step, loss] : eager.losses)
-    CHECK(std::abs(as_double(graph.losses[step]) - as_double(loss)) < 1e-3 * std::abs(as_double(loss)));  // fp32
+  check_losses_close(graph, eager, 1e-3, "graph vs eager, fp32");
   fs::remove_all(root);
 }
 
