@@ -37,6 +37,13 @@ const bool kCudaPresent = [] {
 
 double as_double(const std::string& s) { return std::stod(s); }
 
+// tiny_config run with the overrides `o` (directory root/a), then with `o` and `extra` (root/b).
+std::pair<RunResult, RunResult> run_without_and_with(const fs::path& root, std::vector<std::string> o, const std::string& extra) {
+  auto without = run(tiny_config(root / "a", kTextInput), root / "a", o);
+  o.push_back(extra);
+  return {std::move(without), run(tiny_config(root / "b", kTextInput), root / "b", o)};
+}
+
 // Every step of `ref` has a loss in `got` within `rel` of it (relative).
 void check_losses_close(const RunResult& got, const RunResult& ref, double rel, const char* what) {
   for (const auto& [step, loss] : ref.losses) {
@@ -64,10 +71,8 @@ TEST_CASE("two pinned buffers recycled over many batches keep every batch intact
   // With only two pinned buffers, each is reused every other batch: reuse before its copy
   // finished would corrupt batches and show as losses that differ from the CPU run.
   auto root = temp_dir("pool");
-  std::vector<std::string> o{"training.steps=40", "stages.pack.buffers=2", "stages.h2d.capacity=1"};
-  auto cpu = run(tiny_config(root / "cpu", kTextInput), root / "cpu", o);
-  o.push_back("run.device=\"cuda\"");
-  auto gpu = run(tiny_config(root / "gpu", kTextInput), root / "gpu", o);
+  auto [cpu, gpu] = run_without_and_with(root, {"training.steps=40", "stages.pack.buffers=2", "stages.h2d.capacity=1"},
+                                         "run.device=\"cuda\"");
   REQUIRE(gpu.losses.size() == 40);
   check_losses_close(gpu, cpu, 2e-3, "gpu vs cpu");
   fs::remove_all(root);
@@ -85,11 +90,9 @@ TEST_CASE("bf16 autocast on CUDA trains and writes its checkpoint") {
 
 TEST_CASE("CUDA graphs: the losses of eager training, within bf16 tolerance") {
   auto root = temp_dir("graph");
-  std::vector<std::string> o{"training.steps=24", "training.dtype=\"bf16\"", "run.device=\"cuda\"",
-                             "optimizer.lr=1e-2", "checkpoint.every=8"};
-  auto eager = run(tiny_config(root / "e", kTextInput), root / "e", o);
-  o.push_back("training.cuda_graph=true");
-  auto graph = run(tiny_config(root / "g", kTextInput), root / "g", o);
+  auto [eager, graph] = run_without_and_with(
+      root, {"training.steps=24", "training.dtype=\"bf16\"", "run.device=\"cuda\"", "optimizer.lr=1e-2", "checkpoint.every=8"},
+      "training.cuda_graph=true");
   REQUIRE(eager.losses.size() == 24);
   REQUIRE(graph.losses.size() == 24);
   // Steps 1-3 run eagerly in both; then the same kernels, replayed. bf16 and atomics in the
@@ -101,10 +104,8 @@ TEST_CASE("CUDA graphs: the losses of eager training, within bf16 tolerance") {
 
 TEST_CASE("gradient accumulation under CUDA graphs follows eager") {
   auto root = temp_dir("graph_accum");
-  std::vector<std::string> o{"training.steps=10", "training.grad_accum=3", "run.device=\"cuda\""};
-  auto eager = run(tiny_config(root / "e", kTextInput), root / "e", o);
-  o.push_back("training.cuda_graph=true");
-  auto graph = run(tiny_config(root / "g", kTextInput), root / "g", o);
+  auto [eager, graph] = run_without_and_with(root, {"training.steps=10", "training.grad_accum=3", "run.device=\"cuda\""},
+                                             "training.cuda_graph=true");
   REQUIRE(graph.losses.size() == 10);
   check_losses_close(graph, eager, 1e-3, "graph vs eager, fp32");
   fs::remove_all(root);
