@@ -188,14 +188,15 @@ void load_check_stream() {
   g_check.stream.resize(got);
 }
 
-// read_tokens -> pack -> test_window_check, no model, over the whole split once.
+// read_tokens -> pack -> test_window_check, no model, over the whole split once; chunk_tokens 0:
+// read_tokens' default (auto).
 std::string pack_alone_toml(const fs::path& dir, int chunk_tokens, int buffers, int capacity) {
   std::ostringstream toml;
   toml << "[run]\ndir = \"" << dir.string() << "\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
        << "[data]\ndataset = \"" << kData << "tokens\"\nloop = false\n"
        << "[training]\nbatch_size = 2\nseq_len = 32\n[eval]\nevery = 0\n[checkpoint]\nat_end = false\n"
        << "[logging]\nlive = \"off\"\ntrace = false\n"
-       << "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = " << chunk_tokens << "\n"
+       << "[stages.read]\ntype = \"read_tokens\"\n" << (chunk_tokens > 0 ? "chunk_tokens = " + std::to_string(chunk_tokens) + "\n" : "")
        << "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = " << capacity << "\nbuffers = " << buffers << "\n"
        << "[stages.check]\ntype = \"test_window_check\"\ninput = \"pack\"\ncapacity = " << capacity << "\n";
   return toml.str();
@@ -203,6 +204,18 @@ std::string pack_alone_toml(const fs::path& dir, int chunk_tokens, int buffers, 
 
 // Windows of 65 tokens, 64 apart, in the whole split.
 int64_t expected_windows() { return (static_cast<int64_t>(g_check.stream.size()) - 1) / 64; }
+
+// Runs a pack-alone graph; a run that has not finished in 3 minutes (a deadlock) ends the test
+// executable with a failure instead of hanging it.
+void run_pack_alone_or_die(const std::string& toml, const fs::path& dir) {
+  auto finished = std::async(std::launch::async, [&] { run(toml, dir); });
+  if (finished.wait_for(std::chrono::minutes(3)) != std::future_status::ready) {
+    std::fprintf(stderr, "FAILED: the run did not finish in 3 minutes (deadlock?) after %lld of %lld windows\n",
+                 static_cast<long long>(g_check.windows.load()), static_cast<long long>(expected_windows()));
+    std::_Exit(1);
+  }
+  finished.get();
+}
 
 }  // namespace
 
@@ -225,17 +238,11 @@ TEST_CASE("a pool smaller than the queues: never more buffers out than the pool 
   // engine (admission), never by blocking a thread, and every window must still arrive intact
   // (a buffer handed out twice would have its first window overwritten before the sink read it).
   // Chunks of 300 tokens complete 4 or 5 windows each, more than the pool holds: the rest go to
-  // overflow buffers. A watchdog turns a deadlock into a failure instead of a hung test.
+  // overflow buffers.
   load_check_stream();
   g_check.reset(std::chrono::microseconds(100));
   auto root = temp_dir("pool_bound");
-  auto finished = std::async(std::launch::async, [&] { run(pack_alone_toml(root / "r", 300, 2, 16), root / "r"); });
-  if (finished.wait_for(std::chrono::minutes(3)) != std::future_status::ready) {
-    std::fprintf(stderr, "FAILED: the run did not finish in 3 minutes (deadlock?) after %lld of %lld windows\n",
-                 static_cast<long long>(g_check.windows.load()), static_cast<long long>(expected_windows()));
-    std::_Exit(1);
-  }
-  finished.get();
+  run_pack_alone_or_die(pack_alone_toml(root / "r", 300, 2, 16), root / "r");
   MESSAGE(g_check.windows.load() << " windows, " << g_check.overflow.load() << " in overflow buffers, at most "
                                  << g_check.max_in_use.load() << " of the pool's " << g_check.pool_size.load()
                                  << " buffers out at once");
@@ -245,6 +252,20 @@ TEST_CASE("a pool smaller than the queues: never more buffers out than the pool 
   CHECK(g_check.max_in_use.load() == 2);  // the pool ran dry (the gate was exercised) and never went past it
   CHECK(g_check.overflow.load() > 0);
   CHECK(g_check.overflow.load() < g_check.windows.load());
+  fs::remove_all(root);
+}
+
+TEST_CASE("read_tokens' default chunk is one batch: pack's own buffers carry every window") {
+  // The same slow sink and pool of 2, with read_tokens' default chunk size (B*T tokens): each
+  // chunk completes at most one window, the one its reserved buffer takes.
+  load_check_stream();
+  g_check.reset(std::chrono::microseconds(100));
+  auto root = temp_dir("default_chunk");
+  run_pack_alone_or_die(pack_alone_toml(root / "r", 0, 2, 16), root / "r");
+  CHECK(g_check.windows.load() == expected_windows());
+  CHECK(g_check.wrong.load() == 0);
+  CHECK(g_check.max_in_use.load() == 2);
+  CHECK(g_check.overflow.load() == 0);
   fs::remove_all(root);
 }
 
