@@ -119,6 +119,7 @@ void Monitor::report() {
   s.verdict = tracker_.update(s, changed);
   if (changed) log_event({s.t_s, "verdict", s.verdict.stage.empty() ? s.verdict.text : s.verdict.text});
   for (Event& e : autotuner_->step(s)) log_event(std::move(e));
+  if (autotuner_->moved()) steady_floor_ = now_ns();  // a changed graph: its steady state starts again
   {
     std::lock_guard lock(mu_);
     s.events = std::move(fresh_events_);
@@ -220,7 +221,7 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
     if (!occasional) started = first ? std::max(started, first) : INT64_MAX;
   }
   const int64_t span_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.opts.steady_window).count();
-  const int64_t from = std::max(started, now.t - span_ns);
+  const int64_t from = std::max({started, now.t - span_ns, steady_floor_.load()});
   const Mark* start = nullptr;
   for (const auto& m : marks_)
     if (m.t >= from) {

@@ -70,7 +70,8 @@ struct QueueStats {
 /// Which stage limits throughput, with the numbers that say so and what to try.
 struct Verdict {
   std::string stage;       // "" when no single stage is named
-  std::string kind;        // "stage", "source", "sink", "cpu" (the cores are used up) or "none"
+  std::string kind;        // "stage", "source", "sink", "cpu" (the cores are used up), "order" (waiting for
+                           // the turn of a slow item) or "none"
   std::string text;        // "tokenize: busy 99% with 4 workers; its input queue full 97% ..."
   std::string suggestion;  // "try more tokenize workers (workers = 8)"
   std::vector<std::string> notes;  // secondary observations (a bursty edge that wants a larger queue)

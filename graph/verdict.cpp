@@ -14,7 +14,10 @@
 //   3. CPU-bound: when the CPU stages together keep about all the arena's cores busy (their
 //      threads' CPU time), more workers cannot help; the verdict says so and names the stage
 //      that spends the most CPU per item.
-//   4. A source is named only when it is busy ("limited by source read"), never because it is
+//   4. Order: with no stage saturated, a stage that is busy or waiting for its turn in order
+//      (its finished items held back until an earlier one is done) most of the time limits
+//      the graph through the ordered consumer after it.
+//   5. A source is named only when it is busy ("limited by source read"), never because it is
 //      blocked; with no stage saturated the verdict says where the idle time went.
 #include "graph/verdict.h"
 
@@ -108,17 +111,30 @@ Verdict analyze(const Snapshot& s, double saturated) {
     return v;
   }
 
-  // CPU: the CPU stages' share of the arena's cores, and the stage that costs the most per item.
-  const bool cpu_bound = s.cores > 0 && s.cpu_cores >= 0.85 * s.cores;
+  // CPU: the arena's cores against what the CPU stages use of them. A stage "computes" over the
+  // window when its threads' CPU time is a fair part of its busy time (a sleeping delay stage
+  // is busy but does not compute); the cores are used up when the computing stages keep about
+  // all of them occupied, or their CPU time alone adds up to about all of them.
+  double cpu_cores = 0, computing_slots = 0;
   const StageStats* costliest = nullptr;
-  for (const auto& st : s.stages)
-    if (!st.own_thread && view.span(st).cpu_ms_per_item > 0 &&
-        (!costliest || view.span(st).cpu_ms_per_item > view.span(*costliest).cpu_ms_per_item))
+  for (const auto& st : s.stages) {
+    if (st.own_thread) continue;
+    const StageSpan& w = view.span(st);
+    if (w.seconds <= 0) continue;
+    cpu_cores += w.cpu_cores;
+    const double slots = w.busy * st.workers;
+    if (slots > 0 && w.cpu_cores >= 0.3 * slots) computing_slots += slots;
+    if (w.cpu_ms_per_item > 0 && (!costliest || w.cpu_ms_per_item > view.span(*costliest).cpu_ms_per_item))
       costliest = &st;
+  }
+  const int cores = s.cores;
+  const bool cpu_bound = cores > 0 && (cpu_cores >= 0.85 * cores || computing_slots >= 0.9 * cores);
   char buf[512];
   std::string cpu_text;
   if (cpu_bound) {
-    std::snprintf(buf, sizeof buf, "CPU-bound: %.1f of %d cores busy with the CPU stages", s.cpu_cores, s.cores);
+    std::snprintf(buf, sizeof buf, "CPU-bound: %.1f of %d core%s busy with the CPU stages (their CPU time: %.1f cores)",
+                  std::min<double>(cores, std::max(computing_slots, cpu_cores)), cores, cores == 1 ? "" : "s",
+                  cpu_cores);
     cpu_text = buf;
     if (costliest) {
       std::snprintf(buf, sizeof buf, "; %s spends the most CPU per item (%.3g ms)", costliest->name.c_str(),
@@ -134,6 +150,35 @@ Verdict analyze(const Snapshot& s, double saturated) {
       v.stage = costliest ? costliest->name : "";
       v.text = cpu_text + "; no stage is saturated: the stages wait for a core";
       v.suggestion = "more workers will not help: a cheaper stage type, fewer workers on competing stages, or more cores";
+      return v;
+    }
+    // A stage whose workers are done but wait for an earlier item's turn (out-of-order results
+    // fill the ordered consumer's input) limits the graph as surely as a busy one.
+    const StageStats* waiting = nullptr;
+    for (const auto& st : s.stages) {
+      const StageSpan& w = view.span(st);
+      if (w.seconds > 0 && w.busy + w.order_wait >= saturated && w.order_wait > 0.1 &&
+          (!waiting || w.order_wait > view.span(*waiting).order_wait))
+        waiting = &st;
+    }
+    if (waiting) {
+      const StageSpan& w = view.span(*waiting);
+      std::string next;
+      int cap = 0;
+      each_output(s, waiting->name, [&](const QueueStats& q) {
+        if (next.empty()) next = q.consumer, cap = q.capacity;
+      });
+      if (next.empty()) next = "the next stage";
+      v.kind = "order";
+      v.stage = waiting->name;
+      std::snprintf(buf, sizeof buf,
+                    "%s: busy %s and waiting for its turn in order %s with %d worker%s: finished items wait for an "
+                    "earlier one before %s can take them in order",
+                    waiting->name.c_str(), pct(w.busy).c_str(), pct(w.order_wait).c_str(), waiting->workers,
+                    waiting->workers == 1 ? "" : "s", next.c_str());
+      v.text = buf;
+      v.suggestion = "a larger input queue for " + next + " (capacity = " + std::to_string(std::max(2, cap * 2)) +
+                     ") lets more items overtake a slow one; less variable time per item helps too";
       return v;
     }
     double starved = 0, blocked = 0, order = 0, ready = 0, n = 0;
@@ -159,24 +204,40 @@ Verdict analyze(const Snapshot& s, double saturated) {
   std::string text = best->name + ": busy " + pct(b.busy) + " with " + std::to_string(best->workers) +
                      (best->workers == 1 ? " worker" : " workers");
   if (const QueueStats* q = s.queue_of(best->name)) text += "; its input queue full " + pct(view.full(*q)) + " of the time";
+  // The consumer right after it that waited longest for input, and how much faster every stage
+  // downstream of it could go (the smallest capacity over demand among them).
   const StageStats* hungriest = nullptr;
-  double headroom = 0;  // how much faster the stages right after it could go
   each_output(s, best->name, [&](const QueueStats& q) {
     const StageStats* c = s.stage(q.consumer);
-    if (!c) return;
-    const StageSpan& w = view.span(*c);
-    if (!hungriest || w.starved > view.span(*hungriest).starved) hungriest = c;
-    if (w.in_per_s > 0 && w.capacity_per_s > 0) {
-      double h = w.capacity_per_s / w.in_per_s;
-      headroom = headroom == 0 ? h : std::min(headroom, h);
-    }
+    if (c && (!hungriest || view.span(*c).starved > view.span(*hungriest).starved)) hungriest = c;
   });
+  double headroom = 0;
+  std::vector<std::string> todo{best->name}, seen{best->name};
+  while (!todo.empty()) {
+    std::string at = todo.back();
+    todo.pop_back();
+    each_output(s, at, [&](const QueueStats& q) {
+      if (std::find(seen.begin(), seen.end(), q.consumer) != seen.end()) return;
+      seen.push_back(q.consumer);
+      todo.push_back(q.consumer);
+      const StageStats* c = s.stage(q.consumer);
+      if (!c) return;
+      const StageSpan& w = view.span(*c);
+      if (w.in_per_s > 0 && w.capacity_per_s > 0) {
+        double h = w.capacity_per_s / w.in_per_s;
+        headroom = headroom == 0 ? h : std::min(headroom, h);
+      }
+    });
+  }
   if (hungriest) text += "; " + hungriest->name + " waited for input " + pct(view.span(*hungriest).starved) + " of the time";
   const double through = best->source ? b.out_per_s : b.in_per_s;
   if (b.capacity_per_s > 0) {
     text += "; it can do " + rate(b.capacity_per_s) + " with " + std::to_string(best->workers) +
             (best->workers == 1 ? " worker" : " workers");
-    if (headroom > 0 && through > 0) text += ", the stages after it could take " + rate(through * headroom);
+    if (headroom > 100)
+      text += ", the stages after it could take over 100 times that";
+    else if (headroom > 0 && through > 0)
+      text += ", the stages after it could take " + rate(through * headroom);
   }
   if (v.kind == "source") text = "limited by source " + text;
   if (v.kind == "sink") text = "limited by sink " + text;
@@ -189,7 +250,10 @@ Verdict analyze(const Snapshot& s, double saturated) {
     return v;
   }
   v.text = text;
-  if (best->own_thread)
+  if (best->source)
+    v.suggestion = "the source is the limit, and more workers downstream will not help: a faster source (pre-tokenized "
+                   "data with read_tokens, faster storage) or a cheaper one";
+  else if (best->own_thread)
     v.suggestion = "it owns a thread, so more workers are not an option: try a faster " + best->name +
                    " stage type or less work per item";
   else

@@ -75,6 +75,15 @@ std::string timestamp() {
 
 }  // namespace
 
+graph::EngineOptions engine_options(const RunContext& ctx) {
+  graph::EngineOptions opts;
+  opts.run_dir = ctx.run_dir;
+  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
+  opts.trace = ctx.cfg.logging.trace;
+  opts.autotune = ctx.cfg.run.autotune;
+  return opts;
+}
+
 RunPlan plan_run(const RunRequest& req) {
   RunPlan plan;
   std::string cfg = req.config;

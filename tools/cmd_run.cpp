@@ -94,11 +94,7 @@ int run_main(const std::vector<std::string>& args) {
     ~ClearContext() { stages::set_run_context(nullptr); }
   } clear_context;
 
-  graph::EngineOptions opts;
-  opts.run_dir = ctx.run_dir;
-  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
-  opts.trace = ctx.cfg.logging.trace;
-  opts.autotune = ctx.cfg.run.autotune;
+  graph::EngineOptions opts = stages::engine_options(ctx);
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
   // holds so far (config.toml, an empty metrics.jsonl) is removed again.
