@@ -273,8 +273,24 @@ uint32_t crc32(const void* data, size_t size, uint32_t prev) {
   return ~crc;
 }
 
-void CheckpointState::wait() const {
-  if (ready) ready->synchronize();
+std::chrono::nanoseconds CheckpointState::wait() const {
+  return ready ? ready->wait() : std::chrono::nanoseconds(0);
+}
+
+void capture_rng_states(CheckpointState& state) {
+  {
+    auto gen = at::globalContext().defaultGenerator(torch::kCPU);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    state.rng_cpu = gen.get_state();
+  }
+  state.rng_cuda.clear();
+  if (torch::cuda::is_available()) {
+    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
+      auto gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)));
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      state.rng_cuda.push_back(gen.get_state());  // the host-side seed and offset: no device sync
+    }
+  }
 }
 
 CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::string metadata,
@@ -293,21 +309,10 @@ CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::
       state.optimizer.emplace_back(name, host_copy(t, non_blocking));
     }
   }
-  {
-    auto gen = at::globalContext().defaultGenerator(torch::kCPU);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    state.rng_cpu = gen.get_state();
-  }
-  if (torch::cuda::is_available()) {
-    for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i) {
-      auto gen = at::globalContext().defaultGenerator(torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(i)));
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      state.rng_cuda.push_back(gen.get_state());
-    }
-  }
+  capture_rng_states(state);
   if (non_blocking && device && device->is_cuda()) {
-    state.ready = std::make_shared<c10::Event>(device->type());
-    state.ready->record(at::accelerator::getCurrentStream(device->index()));
+    state.ready = std::make_shared<DeviceEvent>();
+    state.ready->record_current(*device);
   }
   return state;
 }

@@ -16,10 +16,9 @@
 // Tensor names: "model/<param>", "optim/<state>", "rng/cpu", "rng/cuda/<device>".
 #pragma once
 
+#include "model/device_event.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
-
-#include <c10/core/Event.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -41,10 +40,15 @@ struct CheckpointState {
   torch::Tensor rng_cpu;  // uint8 state of the default CPU generator
   std::vector<torch::Tensor> rng_cuda;  // uint8 state per CUDA device; empty without CUDA
   /// Set when snapshot() enqueued non-blocking device-to-host copies: they are complete once
-  /// this event has fired. wait() blocks on it; write_checkpoint() calls wait() first.
-  std::shared_ptr<c10::Event> ready;
+  /// this event has fired. wait() blocks on it (sleeping, not spinning); write_checkpoint()
+  /// calls wait() first.
+  std::shared_ptr<DeviceEvent> ready;
+  /// The reusable buffers the tensors above live in, when a SnapshotPool made this state
+  /// (model/snapshot.h): they go back to the pool when the last copy of the state is gone.
+  std::shared_ptr<void> buffers;
 
-  void wait() const;
+  /// Blocks until the copies are done; returns how long it waited.
+  std::chrono::nanoseconds wait() const;
 };
 
 /// Copies model weights, optimizer state (optimizer may be null) and RNG states to the host.
@@ -54,6 +58,10 @@ struct CheckpointState {
 /// this step. Call it on the thread that owns the stream.
 CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::string metadata,
                          bool non_blocking = true);
+
+/// Fills state.rng_cpu and state.rng_cuda with the default generators' current states (a few
+/// bytes each, read on the host).
+void capture_rng_states(CheckpointState& state);
 
 /// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory). Throws
 /// std::runtime_error naming the path on I/O errors.

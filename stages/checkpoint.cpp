@@ -1,6 +1,8 @@
 // checkpoint: writes the snapshots train takes (every [checkpoint] every steps and at the end)
 // to RUN_DIR/checkpoints/step_NNNNNNNN.ckpt, atomically, keeping the newest `keep`. Writing
-// happens here, on its own thread: training only paid for copying the state off the device.
+// happens here, on its own thread: training only paid for enqueuing the copies of the state into
+// reused pinned buffers (model/snapshot.h), which go back to train's pool once this stage has
+// written them and let go of the step.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,11 +19,11 @@ class Checkpoint : public graph::Stage {
  public:
   explicit Checkpoint(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {}
 
-  void process(graph::Item in, graph::Emitter&) override {
+  void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.checkpoint) return;
     auto t0 = std::chrono::steady_clock::now();
-    r.checkpoint->wait();  // the device-to-host copies of the snapshot
+    out.add_device_wait(r.checkpoint->wait());  // the device-to-host copies of the snapshot (sleeps, no spin)
     auto dir = rc_.run_dir / "checkpoints";
     fs::create_directories(dir);
     char name[64];

@@ -41,7 +41,14 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("seq_len", 1024, "T: tokens per sequence", 1, 1 << 20)
         .integer("grad_accum", 1, "micro-batches per optimizer step (global batch = B*T*grad_accum tokens)", 1, 1 << 20)
         .floating("grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9)
-        .string("dtype", "bf16", "autocast dtype of the forward pass; weights stay fp32", {"bf16", "fp32"});
+        .string("dtype", "bf16", "autocast dtype of the forward pass; weights stay fp32", {"bf16", "fp32"})
+        .string("matmul_precision", "high",
+                "fp32 matmuls on CUDA: high (TF32 tensor cores), highest (full fp32) or medium (bf16); the CPU "
+                "always computes in full fp32",
+                {"high", "highest", "medium"})
+        .boolean("cuda_graph", false,
+                 "capture forward+backward and clip+AdamW as CUDA graphs after 3 eager steps and replay them "
+                 "(needs CUDA; measure with bench_model --cuda-graph before turning it on)");
     s.emplace_back("optimizer");
     s.back()
         .floating("lr", 6e-4, "peak learning rate (AdamW)", 0.0, 10.0)
@@ -124,7 +131,8 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
-                 t.get_float("grad_clip"), t.get_string("dtype")};
+                 t.get_float("grad_clip"), t.get_string("dtype"), t.get_string("matmul_precision"),
+                 t.get_bool("cuda_graph")};
 
   auto o = sec("optimizer");
   rc.optimizer = {o.get_float("lr"), o.get_float("min_lr"), o.get_float("beta1"), o.get_float("beta2"),

@@ -43,6 +43,8 @@ struct TrainingSection {
   int64_t grad_accum = 1;     // micro-batches per optimizer step
   double grad_clip = 1.0;     // 0 disables clipping
   std::string dtype = "bf16"; // bf16 | fp32 (autocast dtype for forward)
+  std::string matmul_precision = "high";  // fp32 matmuls on CUDA: high (TF32) | highest | medium
+  bool cuda_graph = false;    // replay the step as CUDA graphs (model/captured_step.h)
 };
 
 struct OptimizerSection {

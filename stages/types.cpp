@@ -2,14 +2,10 @@
 // the run context (see types.h).
 #include "stages/types.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
-
-
-#ifdef PIPELINE_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#endif
 
 namespace pipeline::stages {
 
@@ -70,20 +66,34 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
   return c;
 }
 
-void wait_ready(const StepResult& r) {
-#ifdef PIPELINE_HAVE_CUDA
-  if (r.done) static_cast<at::cuda::CUDAEvent*>(r.done.get())->synchronize();
-#else
-  (void)r;
-#endif
+std::chrono::nanoseconds wait_ready(const StepResult& r) {
+  return r.done ? r.done->wait() : std::chrono::nanoseconds(0);
 }
 
-void wait_copy(const Batch& b) {
-#ifdef PIPELINE_HAVE_CUDA
-  if (b.ready) static_cast<at::cuda::CUDAEvent*>(b.ready.get())->synchronize();
-#else
-  (void)b;
-#endif
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T) {
+  TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) == B * T + 1, "batch: expected a window of B*T+1 = ", B * T + 1,
+              " tokens, got ", tokens.sizes());
+  auto ids = tokens.to(torch::kInt64);  // (B*T+1)
+  return {ids.narrow(0, 0, B * T).view({B, T}), ids.narrow(0, 1, B * T).view({B, T})};  // (B, T) each
+}
+
+std::vector<std::pair<std::string, double>> StepTiming::phase_ms() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& s : spans) {
+    const double ms = s.start ? s.start->elapsed_ms(*s.end) : s.host_ms;
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == s.phase; });
+    if (it == out.end())
+      out.emplace_back(s.phase, ms);
+    else
+      it->second += ms;
+  }
+  return out;
+}
+
+double StepTiming::total_ms() const {
+  double total = 0;
+  for (const auto& [phase, ms] : phase_ms()) total += ms;
+  return total;
 }
 
 RunLog::RunLog(std::filesystem::path run_dir) : dir_(std::move(run_dir)) {

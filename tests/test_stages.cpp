@@ -1,5 +1,5 @@
 // End-to-end tests of the training graph on the CPU: a tiny GPT-2 trained for a few steps
-// through read_shards -> tokenize -> pack -> pin -> h2d -> train -> log/eval/checkpoint, exact
+// through read_shards -> tokenize -> pack -> h2d -> train -> log/eval/checkpoint, exact
 // resume, swapping the input side from TOML, and the errors a user meets first.
 #include <algorithm>
 #include <atomic>
@@ -170,16 +170,15 @@ graph::Verdict verdict_of(const std::string& input, const std::string& extra, st
   return s.verdict;
 }
 
-TEST_CASE("the verdict on a training graph names a slow stage before pin") {
-  // pack -> slow -> pin, slow taking five times a training step. Small queues before it: what is
+TEST_CASE("the verdict on a training graph names a slow stage before h2d") {
+  // pack -> slow -> h2d, slow taking five times a training step. Small queues before it: what is
   // in flight when train is done still passes through slow.
   const std::string input =
       "[stages.read]\ntype = \"read_shards\"\n"
       "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\ncapacity = 1\n"
       "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 1\n"
       "[stages.slow]\ntype = \"delay\"\ninput = \"pack\"\ncapacity = 2\nms = " + ms_slower_than_train(60) + "\n"
-      "[stages.pin]\ntype = \"pin\"\ninput = \"slow\"\ncapacity = 2\n"
-      "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+      "[stages.h2d]\ntype = \"h2d\"\ninput = \"slow\"\ncapacity = 2\n";
   graph::Verdict v = verdict_of(input, "");
   CHECK(v.stage == "slow");
   CHECK(v.kind == "stage");

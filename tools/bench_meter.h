@@ -59,7 +59,7 @@ class BatchMeter : public graph::Stage {
   void process(graph::Item in, graph::Emitter&) override {
     const auto& b = in.get<stages::Batch>();
     g_counters.batches.fetch_add(1, std::memory_order_relaxed);
-    g_counters.tokens.fetch_add(static_cast<uint64_t>(b.x.numel()), std::memory_order_relaxed);
+    g_counters.tokens.fetch_add(static_cast<uint64_t>(b.B * b.T), std::memory_order_relaxed);
   }
 };
 PIPELINE_STAGE(bench_batch_meter, {.name = "bench_batch_meter", .doc = "counts batches (benchmarks)",
