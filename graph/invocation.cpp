@@ -465,14 +465,19 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
   if (k > 1) {
     // No more than the edges have credits for: the batch then leaves owing nothing (it cannot
     // shrink their room before it is admitted; only this source adds to them).
+    // The packet on its way to the fan-out will take credits the mirrors do not show yet.
     int64_t room = k;
-    for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room());
+    const int64_t pending = st.source_pending_items.load(std::memory_order_acquire);
+    for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room() - pending);
     k = static_cast<size_t>(std::max<int64_t>(room, 1));
   }
   for (;;) {
     size_t have = rt.failing() ? 0 : st.outbox.size() - st.outbox_next;
-    if (have >= k || (have > 0 && st.source_state != StageRt::SourceState::producing))
-      return take_from_outbox(st, std::min(have, k));
+    if (have >= k || (have > 0 && st.source_state != StageRt::SourceState::producing)) {
+      Packet p = take_from_outbox(st, std::min(have, k));
+      st.source_pending_items.fetch_add(p.count(), std::memory_order_acq_rel);
+      return p;
+    }
     if (have == 0) {
       st.outbox.clear();
       st.outbox_next = 0;
@@ -499,6 +504,7 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
       st.done.store(true, std::memory_order_release);
       Packet p;
       p.kind = Packet::Kind::eos;
+      st.source_pending_items.fetch_add(1, std::memory_order_acq_rel);
       return p;
     } else {
       fc.stop();
@@ -508,6 +514,9 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
 }
 
 void fan_out_source(StageRt& st, const Packet& p) {
+  // The source's token (its worker slot, one) admits one packet at a time: this one. It runs
+  // as a task of its own, so the limiter messages it sends cannot re-enter a limiter that is
+  // passing it on (flow_graph.cpp).
   for (size_t i = 0; i < st.outputs.size(); ++i) {
     EdgeRt* e = st.outputs[i];
     e->credits.admitted();  // the source's limiters passed this packet: one credit on every edge
@@ -541,6 +550,8 @@ void fan_out_source(StageRt& st, const Packet& p) {
     if (n > 1) e->credits.extra(n - 1, 0);
     st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
   }
+  st.source_pending_items.fetch_sub(p.count(), std::memory_order_acq_rel);
+  st.worker_slots.release();  // the next packet may pass the limiters
 }
 
 void dispatch(StageRt& st, const Packet& p) {
