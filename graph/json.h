@@ -1,7 +1,8 @@
 // The project's one JSON reader and string escaper: dataset manifests, JSON Lines records, the
 // GPT-2 vocabulary, run statistics and checkpoint metadata. Errors carry the line, column and
-// byte offset of the problem. Hand-written: the formats are small and fixed, and graph/ and
-// datasets/ stay free of further dependencies.
+// byte offset of the problem. The parsing is nlohmann/json's (strict RFC 8259, UTF-8 checked);
+// this interface keeps it out of every other translation unit and gives each value its byte
+// offset and each number its literal text.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +45,7 @@ struct JsonParseError : std::runtime_error {
 JsonValue json_parse(std::string_view text);
 
 /// `s` as a quoted JSON string literal (control characters, quotes and backslashes escaped;
-/// other bytes, including invalid UTF-8, pass through unchanged).
+/// invalid UTF-8 sequences become U+FFFD, so the output is always valid JSON).
 std::string json_quote(std::string_view s);
 
 }  // namespace pipeline

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "graph/atomic_file.h"
 #include "graph/stats.h"
 
 namespace {
@@ -33,7 +34,7 @@ int stats_main(const std::vector<std::string>& args) {
   auto series = graph::load_run_series(dir);
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
-    std::ofstream(svg, std::ios::trunc) << graph::occupancy_svg(series);
+    pipeline::write_file_atomic(svg, graph::occupancy_svg(series));
     std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples)\n";
   }
   return 0;
