@@ -23,6 +23,15 @@ struct JsonValue {
   std::vector<std::pair<std::string, JsonValue>> members;  // object members in file order
   size_t offset = 0;                                       // byte offset where the value starts
 
+  // Declared here, defined in json.cpp: a type that holds pairs of itself must not have them
+  // generated where it is still incomplete (clang with libstdc++ rejects that).
+  JsonValue();
+  JsonValue(const JsonValue&);
+  JsonValue(JsonValue&&) noexcept;
+  JsonValue& operator=(const JsonValue&);
+  JsonValue& operator=(JsonValue&&) noexcept;
+  ~JsonValue();
+
   /// Object member by key, or nullptr (also for non-objects).
   const JsonValue* find(std::string_view key) const;
   /// Member `key` read as a number, string or boolean; `def` when absent or of another type.

@@ -109,6 +109,7 @@ RunPlan plan_run(const RunRequest& req) {
     }
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
+    ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
     ctx->run_dir = req.resume;
   } else if (req.create_run_dir) {
     ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
