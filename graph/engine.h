@@ -91,8 +91,11 @@ struct EngineOptions {
   std::filesystem::path run_dir = {};               // empty: write no files
   bool trace = true;                                // trace.json in run_dir (needs stats)
   size_t trace_events_per_worker = 20000;           // trace cap: later items are not recorded
-  /// After stop(): how long in-flight items may take to drain before the engine aborts.
-  std::chrono::milliseconds stop_grace{10000};
+  /// After stop(): how long in-flight items may take to drain before the engine aborts
+  /// (0: no limit; the drain always ends, and a second stop() aborts at once).
+  std::chrono::milliseconds stop_grace{0};
+  /// Threads of the task arena the CPU stages share (0: as many as the machine has cores).
+  int threads = 0;
 };
 
 class EngineImpl;

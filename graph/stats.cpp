@@ -146,7 +146,7 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"workers\":" << x.workers << ",\"source\":" << (x.source ? "true" : "false")
        << ",\"sink\":" << (x.sink ? "true" : "false") << ",\"own_thread\":" << (x.own_thread ? "true" : "false")
        << ",\"items_in\":" << x.items_in << ",\"items_out\":" << x.items_out << ",\"discarded\":" << x.discarded
-       << ",\"busy_s\":" << x.busy_s << ",\"starved_s\":" << x.starved_s << ",\"blocked_s\":" << x.blocked_s
+       << ",\"busy_s\":" << x.busy_s << ",\"starved_s\":" << x.starved_s << ",\"blocked_s\":" << x.blocked_s << ",\"ready_s\":" << x.ready_s
        << ",\"wall_s\":" << x.wall_s << ",\"device_wait_s\":" << x.device_wait_s
        << ",\"device_busy_s\":" << x.device_busy_s << ",\"window_items_per_s\":" << x.window_items_per_s
        << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
@@ -199,6 +199,7 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.busy_s = x.number("busy_s");
     st.starved_s = x.number("starved_s");
     st.blocked_s = x.number("blocked_s");
+    st.ready_s = x.number("ready_s");
     st.wall_s = x.number("wall_s");
     st.device_wait_s = x.number("device_wait_s");
     st.device_busy_s = x.number("device_busy_s");

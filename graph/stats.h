@@ -17,6 +17,7 @@ struct StageStats {
   bool source = false, sink = false, own_thread = false;
   uint64_t items_in = 0, items_out = 0, discarded = 0;
   double busy_s = 0, starved_s = 0, blocked_s = 0;  // summed over workers
+  double ready_s = 0;  // idle with input waiting and room downstream: waiting for a CPU core
   double wall_s = 0;                                // seconds the stage's workers have existed (per worker)
   double device_wait_s = 0;  // part of busy_s spent waiting on the device (Emitter::add_device_wait)
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
@@ -27,6 +28,7 @@ struct StageStats {
   double busy() const { return wall_s > 0 ? busy_s / (wall_s * workers) : 0; }
   double starved() const { return wall_s > 0 ? starved_s / (wall_s * workers) : 0; }
   double blocked() const { return wall_s > 0 ? blocked_s / (wall_s * workers) : 0; }
+  double ready() const { return wall_s > 0 ? ready_s / (wall_s * workers) : 0; }
   /// Items per second through the stage: outputs for sources, inputs otherwise.
   double items_per_s() const { return wall_s > 0 ? static_cast<double>(source ? items_out : items_in) / wall_s : 0; }
 };
