@@ -66,6 +66,8 @@ class Writer {
 void write_tensor(Writer& w, const std::string& name, const torch::Tensor& tensor) {
   auto t = tensor.to(torch::kCPU).contiguous();
   const uint8_t code = dtype_code(t.scalar_type(), name);
+  if (checkpoint_dtype_size(code) != static_cast<size_t>(t.element_size()))
+    throw std::logic_error("checkpoint: dtype code " + std::to_string(code) + " and the reader's element size disagree");
   if (t.dim() > 255) throw std::runtime_error("checkpoint: tensor '" + name + "' has too many dims");
   w.payload_pod<uint32_t>(static_cast<uint32_t>(name.size()));
   w.payload(name.data(), name.size());

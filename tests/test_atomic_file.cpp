@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <sys/mount.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -21,6 +20,7 @@ namespace fs = std::filesystem;
 using namespace pipeline;
 using test_util::contains;
 using test_util::error_of;
+using test_util::FileSizeLimit;
 
 namespace {
 
@@ -37,24 +37,6 @@ std::string slurp(const fs::path& p) {
   s << in.rdbuf();
   return s.str();
 }
-
-// Limits the size of any file this process writes (RLIMIT_FSIZE) while alive. SIGXFSZ is
-// ignored so that write() fails with EFBIG instead of the signal killing the process.
-struct FileSizeLimit {
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit r = old_;
-    r.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &r) == 0);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  rlimit old_{};
-  void (*old_handler_)(int) = nullptr;
-};
 
 // A small tmpfs mounted over `dir` while alive (needs CAP_SYS_ADMIN, as root in CI and here).
 struct SmallFs {

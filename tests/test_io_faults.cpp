@@ -3,7 +3,6 @@
 // on_error says; the previous checkpoint stays loadable and the run resumes from it; stale
 // temporaries are pruned; a shard truncated mid-run ends the run with an error naming it and
 // the byte offset (no hang); and dropout's random draws do not depend on thread timing.
-#include <sys/resource.h>
 
 #include <csignal>
 #include <filesystem>
@@ -26,30 +25,13 @@ using namespace pipeline;
 using namespace train_harness;
 using test_util::contains;
 using test_util::error_of;
+using test_util::FileSizeLimit;
 
 namespace {
 
 struct Threads {
   Threads() { at::set_num_threads(1); }
 } threads_once;
-
-// Every file this process writes is limited to `bytes` while alive (RLIMIT_FSIZE); SIGXFSZ is
-// ignored so that write() fails with EFBIG ("File too large") instead of killing the process.
-struct FileSizeLimit {
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
-    rlimit r = old_;
-    r.rlim_cur = bytes;
-    REQUIRE(::setrlimit(RLIMIT_FSIZE, &r) == 0);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  rlimit old_{};
-  void (*old_handler_)(int) = nullptr;
-};
 
 std::vector<fs::path> files_in(const fs::path& dir, const std::string& suffix) {
   std::vector<fs::path> out;

@@ -78,6 +78,12 @@ FUZZ=OFF; [[ ${PIPELINE_FUZZ:-0} == 1 ]] && FUZZ=ON
 ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPELINE_WERROR=$WERROR -DPIPELINE_WITH_TORCH=$WITH_TORCH
       -DPIPELINE_SANITIZE=${PIPELINE_SANITIZE:-} -DPIPELINE_FUZZ=$FUZZ)
 [[ $WITH_TORCH == ON ]] && ARGS+=(-DTorch_DIR="$Torch_DIR" -DPIPELINE_TORCH_PYTHON="$TORCH_PY")
+# TSan needs a oneTBB built with it (see tools/build_tsan_tbb.sh), cached like LibTorch.
+if [[ ${PIPELINE_SANITIZE:-} == thread ]]; then
+  TSAN_TBB=$CACHE/onetbb-$(dpkg-query -W -f='${Version}' libtbb-dev)-tsan
+  "$ROOT/tools/build_tsan_tbb.sh" "$TSAN_TBB"
+  ARGS+=(-DTBB_DIR="$TSAN_TBB/lib/cmake/TBB")
+fi
 # libFuzzer comes with clang; the other builds use the default compiler (the one LibTorch was built with).
 [[ $FUZZ == ON ]] && ARGS+=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 if [[ ! -f $BUILD/build.ninja ]] || [[ "$(cat "$BUILD/.configure-args" 2>/dev/null)" != "${ARGS[*]}" ]]; then
