@@ -745,9 +745,9 @@ TEST_CASE("a shard that vanishes before the reader reaches it: an error naming i
 
 TEST_CASE("a corrupt length prefix cannot make the reader allocate what the shard does not hold") {
   TempDir tmp;
-  // A token shard holding EOT (c4 90 as bytes 90 c4), ffff, ffff, relabelled as a text shard whose
-  // header declares 2^40 text bytes: its first document then claims 0xffffc490 bytes (4 GiB),
-  // and the stream holds 4 more. The reader must report the short stream, not try to allocate.
+  // A token shard holding EOT (0xc450, bytes 50 c4), ffff, ffff, relabelled as a text shard whose
+  // header declares 2^40 text bytes: its first document then claims 0xffffc450 bytes (4 GiB),
+  // and the stream holds 2 more. The reader must report the short stream, not try to allocate.
   auto p = tmp / "liar.text.zst";
   {
     ShardWriter w(p, ShardKind::tokens);
@@ -760,7 +760,7 @@ TEST_CASE("a corrupt length prefix cannot make the reader allocate what the shar
   std::string e = error_of([&] { drain_shard(p); });
   INFO(e);
   CHECK(e.find("liar.text.zst") != std::string::npos);
-  CHECK(e.find("stream ends inside document 0 (4 of 4294952080 bytes)") != std::string::npos);
+  CHECK(e.find("stream ends inside document 0 (2 of 4294952016 bytes)") != std::string::npos);
 }
 
 TEST_CASE("a shard writer that fails or is abandoned leaves no file behind") {
