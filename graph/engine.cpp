@@ -56,6 +56,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <optional>
 
 #include "graph/flow_graph.h"
 #include "graph/monitor.h"
@@ -98,6 +99,7 @@ class EngineImpl {
   Runtime rt;
   Monitor monitor;
   bool ran = false;
+  std::optional<Snapshot> final_snapshot;
 };
 
 void EngineImpl::initialize_cpu_stages() {
@@ -152,7 +154,10 @@ void EngineImpl::run() {
     }
   }
   monitor.set_status(status);
-  monitor.finish(monitor.snapshot(true, false));
+  Snapshot last = monitor.snapshot(true, false);
+  last.verdict = analyze(last);
+  final_snapshot = last;
+  monitor.finish(std::move(last));
   if (rt.fail_error) {
     try {
       std::rethrow_exception(rt.fail_error);
@@ -175,6 +180,10 @@ void Engine::stop() { impl_->rt.stop_level.fetch_add(1); }
 void Engine::abort() { impl_->rt.stop_level.fetch_add(2); }
 bool Engine::stop_requested() const { return impl_->rt.stopping(); }
 Snapshot Engine::snapshot() const { return impl_->monitor.snapshot(false, false); }
+Snapshot Engine::final_snapshot() const {
+  return impl_->final_snapshot ? *impl_->final_snapshot : impl_->monitor.snapshot(false, false);
+}
+std::vector<Event> Engine::events() const { return impl_->monitor.events(); }
 void Engine::add_observer(std::function<void(const Snapshot&)> fn) { impl_->monitor.add_observer(std::move(fn)); }
 std::string Engine::dot() const { return graph_dot(impl_->rt); }
 

@@ -59,16 +59,15 @@ void FlowGraph::build_stage(StageRt& st) {
   // The admission chain: worker slots, one bound per output edge, pooled resources.
   std::vector<Limiter*> chain;
   if (!st.is_source()) {
-    st.worker_slots.open(g_, st.max_workers, st.max_workers, true);
+    st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
     chain.push_back(st.worker_slots.limiter.get());
   }
   for (EdgeRt* e : st.outputs) {
-    int capacity = rt.stages[e->consumer]->spec.capacity;
-    e->credits.open(g_, capacity, capacity, /*raises=*/!st.is_source());
+    e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
     chain.push_back(e->credits.limiter.get());
   }
   if (st.pool) {
-    st.resources.open(g_, st.pool->size(), st.pool->size(), true);
+    st.resources.open(g_, st.pool->size(), st.pool->size(), false);
     chain.push_back(st.resources.limiter.get());
     ResourcePool* pool = st.pool.get();
     st.pool->set_gate({.reserved =

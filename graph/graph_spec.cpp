@@ -97,7 +97,7 @@ GraphSpec GraphSpec::from_config(const config::Document& doc, const std::string&
     s.type = type_name;
     s.inputs = sec.get_string_list("input");
     s.workers = static_cast<int>(sec.get_int_or_auto("workers").value_or(0));
-    s.capacity = static_cast<int>(sec.get_int("capacity"));
+    s.capacity = static_cast<int>(sec.get_int_or_auto("capacity").value_or(0));
     s.where = doc.file() + (line ? ":" + std::to_string(line) : std::string());
     s.resolved = std::move(sec);
     g.stages.push_back(std::move(s));
@@ -125,8 +125,9 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     const StageType& t = *types[i];
     if (s.workers < 0)
       throw config::ConfigError(where(spec, s) + " workers: expected >= 1 or \"auto\", got " + std::to_string(s.workers));
-    if (s.capacity < 1)
-      throw config::ConfigError(where(spec, s) + " capacity: expected >= 1, got " + std::to_string(s.capacity));
+    if (s.capacity < 0)
+      throw config::ConfigError(where(spec, s) + " capacity: expected >= 1 or \"auto\", got " +
+                                std::to_string(s.capacity));
     if (t.max_workers > 0 && s.workers > t.max_workers)
       throw config::ConfigError(where(spec, s) + " workers: stage type " + t.name + " allows at most " +
                                 std::to_string(t.max_workers) + (t.own_thread ? " (it owns a thread)" : "") + ", got " +
@@ -245,13 +246,18 @@ void resolve_graph(Runtime& rt, bool instantiate) {
 
   // Options, workers and order keeping.
   rt.threads = rt.opts.threads > 0 ? rt.opts.threads : tbb::info::default_concurrency();
+  // Workers: "auto" (0) starts at the arena's size. A CPU stage set to "auto", or any CPU stage
+  // when the run autotunes, gets worker slots up to twice the cores (at least 4) so that the
+  // autotuner can move its concurrency; the limiter's phantoms hold the extra slots back.
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
     st.options = st.spec.resolved ? *st.spec.resolved : resolve_code_options(st.spec, *st.type, where(spec, st.spec));
-    int w = st.spec.workers > 0 ? st.spec.workers : rt.threads;  // 0: "auto", as many as the arena has
-    if (st.type->max_workers > 0) w = std::min(w, st.type->max_workers);
+    const int type_max = st.type->max_workers > 0 ? st.type->max_workers : 1 << 20;
+    int w = std::min(st.spec.workers > 0 ? st.spec.workers : rt.threads, type_max);
     if (st.kind == StageKind::own_thread || st.is_source()) w = 1;
-    st.max_workers = std::max(w, 1);
+    st.start_workers = std::max(w, 1);
+    st.tune_workers = st.kind == StageKind::cpu && type_max > 1 && (st.spec.workers == 0 || rt.opts.autotune);
+    st.max_workers = st.tune_workers ? std::min(type_max, std::max({st.start_workers, 2 * rt.threads, 4})) : st.start_workers;
   }
   // A parallel stage whose output reaches an ordered stage keeps its input order (bundles and a
   // sequencer); so does any parallel stage between it and the ordered stage.
@@ -263,6 +269,33 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     StageRt& st = *stp;
     st.ordered_commit = feeds_ordered[st.index] && st.max_workers > 1 && !st.is_source();
     st.renumber_input = st.ordered_commit && st.inputs.size() > 1;
+  }
+  // Batches (several cheap items per message) go only to single-worker CPU stages: a parallel
+  // or own-thread consumer takes items one by one. A source batches when all its consumers take
+  // batches, at most half the smallest capacity (two batches fit) and 64 items.
+  for (auto& e : rt.edges) {
+    const StageRt& c = *rt.stages[e->consumer];
+    e->batches = rt.opts.batch && c.kind == StageKind::cpu && c.max_workers == 1;
+  }
+  for (auto& stp : rt.stages) {
+    StageRt& st = *stp;
+    if (!st.is_source() || st.outputs.empty()) continue;
+    int cap = 128;
+    bool all = true;
+    for (EdgeRt* e : st.outputs) {
+      const int c = rt.stages[e->consumer]->spec.capacity;
+      cap = std::min(cap, c > 0 ? c : 8);
+      all &= e->batches;
+    }
+    st.batch_max = all ? std::max(1, cap / 2) : 1;
+  }
+  // Capacities: "auto" (0) starts at 8. A tuned edge's limiter has room for 8 times its start
+  // (64 to 1024), held back by phantoms until the autotuner gives it out.
+  for (auto& e : rt.edges) {
+    const StageSpec& c = rt.stages[e->consumer]->spec;
+    e->tune_capacity = c.capacity == 0 || rt.opts.autotune;
+    e->start_capacity = c.capacity > 0 ? c.capacity : 8;
+    e->max_capacity = e->tune_capacity ? std::clamp(8 * e->start_capacity, 64, 1024) : e->start_capacity;
   }
 
   rt.tracing = rt.opts.stats && rt.opts.trace && !rt.opts.run_dir.empty();
@@ -276,7 +309,7 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     }
     for (int w = st.max_workers - 1; w >= 0; --w) st.free_slots.push_back(w);
   }
-  for (auto& e : rt.edges) e->hist.assign(static_cast<size_t>(rt.stages[e->consumer]->spec.capacity) + 1, 0);
+  for (auto& e : rt.edges) e->hist.assign(static_cast<size_t>(e->max_capacity) + 1, 0);
 
   // Instances last: a stage constructor may be expensive (tokenizer vocabulary, model weights).
   if (!instantiate) return;
@@ -317,7 +350,8 @@ std::string graph_dot(const Runtime& rt) {
     const StageRt& from = *rt.stages[e->producer];
     const StageRt& to = *rt.stages[e->consumer];
     os << "  \"" << from.spec.name << "\" -> \"" << to.spec.name << "\" [label=\""
-       << (from.out_port.empty() ? "?" : from.out_port) << "\\ncap " << to.spec.capacity << "\"];\n";
+       << (from.out_port.empty() ? "?" : from.out_port) << "\\ncap "
+       << (to.spec.capacity > 0 ? std::to_string(to.spec.capacity) : std::string("auto")) << "\"];\n";
   }
   os << "}\n";
   return os.str();

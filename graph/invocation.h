@@ -33,6 +33,9 @@ class Invocation {
   /// Runs process() on one input (dropped after a failure; discarded on stop by stages that
   /// declare OnStop::discard).
   void process(Item item);
+  /// The input is a batch of `items` items (process() follows for each): the outputs are
+  /// batched per edge too, and the cost of an item is measured.
+  void take_batch(int64_t items);
   /// An end-of-stream marker from one input: after the last one, finalize (now, or when the
   /// stage's other invocations are done) and pass the end of stream on.
   void end_of_input();
@@ -57,13 +60,20 @@ class Invocation {
   bool take_resource_reservation();
   /// ResourcePool::try_acquire: one more resource credit if the gate has one.
   bool extra_resource();
+  /// The thread CPU time of stage code, sampled (stats): the weight of this invocation's
+  /// sample (0: not sampled), and the time measured.
+  int cpu_weight() const { return cpu_weight_; }
+  void add_cpu(int64_t ns) { c_->cpu_ns.store(c_->cpu_ns.load(std::memory_order_relaxed) + ns * cpu_weight_, std::memory_order_relaxed); }
 
  private:
   void put(EdgeRt* e, Packet p);
   void deliver(EdgeRt* e, Packet p);
+  void send(Packet& p);
   void emit_end_of_stream();
   void finalize_and_end(bool deferred);
   void flush();
+  void flush_batches();
+  void flush_batch(size_t output);
   int64_t margin() const;
 
   Runtime& rt_;
@@ -81,6 +91,10 @@ class Invocation {
   bool skip_bundle_ = false;  // the deferred end of stream: another invocation sends its bundle
   std::shared_ptr<Bundle> bundle_;  // order-keeping parallel stages
   std::vector<Packet> held_;        // timed stages: outputs that leave at completion
+  bool batching_ = false;           // the input was a batch: outputs leave as one packet per edge
+  std::array<std::shared_ptr<std::vector<Item>>, kMaxOutputs> out_batch_{};
+  int64_t items_ = 0;               // inputs processed (for the cost of an item)
+  int cpu_weight_ = 0;
 };
 
 /// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).

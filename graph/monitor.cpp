@@ -7,6 +7,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <sys/resource.h>
+
+#include "graph/autotune.h"
 #include "graph/json.h"
 
 namespace pipeline::graph {
@@ -29,9 +32,20 @@ void write_file(const std::filesystem::path& path, const std::string& text) {
   if (ec) throw std::runtime_error(path.string() + ": cannot replace (" + ec.message() + ")");
 }
 
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
 }  // namespace
 
+Monitor::Monitor(Runtime& rt) : rt_(rt) {}
+
+Monitor::~Monitor() { stop(); }
+
 void Monitor::start() {
+  autotuner_ = std::make_unique<Autotuner>(rt_);
   if (!rt_.opts.run_dir.empty() && rt_.opts.stats) {
     jsonl_.open(rt_.opts.run_dir / "stats.jsonl", std::ios::trunc);
     if (!jsonl_) throw std::runtime_error((rt_.opts.run_dir / "stats.jsonl").string() + ": cannot open for writing");
@@ -91,13 +105,7 @@ void Monitor::main() {
     if (rt_.opts.stats && report_ns > 0 && now >= next_report) {
       next_report = now + report_ns;
       lock.unlock();
-      Snapshot s = snapshot(false, true);
-      if (jsonl_.is_open()) {
-        Verdict v = analyze(s);
-        jsonl_ << to_json(s, &v) << "\n";
-        jsonl_.flush();
-      }
-      notify(s);
+      report();
       lock.lock();
     }
     int64_t wake = rt_.opts.stats ? std::min(next_sample, next_report) : now_ns() + sample_ns;
@@ -105,14 +113,52 @@ void Monitor::main() {
   }
 }
 
+void Monitor::report() {
+  Snapshot s = snapshot(false, true);
+  bool changed = false;
+  s.verdict = tracker_.update(s, changed);
+  if (changed) log_event({s.t_s, "verdict", s.verdict.stage.empty() ? s.verdict.text : s.verdict.text});
+  for (Event& e : autotuner_->step(s)) log_event(std::move(e));
+  if (autotuner_->moved()) steady_floor_ = now_ns();  // a changed graph: its steady state starts again
+  {
+    std::lock_guard lock(mu_);
+    s.events = std::move(fresh_events_);
+    fresh_events_.clear();
+  }
+  if (jsonl_.is_open()) {
+    jsonl_ << to_json(s) << "\n";
+    jsonl_.flush();
+  }
+  notify(s);
+}
+
+void Monitor::log_event(Event e) {
+  if (jsonl_.is_open()) {
+    jsonl_ << to_json(e) << "\n";
+    jsonl_.flush();
+  }
+  std::lock_guard lock(mu_);
+  events_.push_back(e);
+  fresh_events_.push_back(std::move(e));
+}
+
+std::vector<Event> Monitor::events() const {
+  std::lock_guard lock(mu_);
+  return events_;
+}
+
 void Monitor::sample(int64_t now) {
   std::lock_guard lock(mu_);
   const double dt = (now - last_sample_) / 1e9;
   last_sample_ = now;
   for (auto& e : rt_.edges) {
-    int64_t n = std::clamp<int64_t>(e->load.load(std::memory_order_relaxed), 0, static_cast<int64_t>(e->hist.size()) - 1);
+    int64_t load = e->load.load(std::memory_order_relaxed);
+    int64_t n = std::clamp<int64_t>(load, 0, static_cast<int64_t>(e->hist.size()) - 1);
     e->hist[static_cast<size_t>(n)]++;
     e->samples++;
+    e->sum += static_cast<double>(n);
+    e->full_n += load >= e->capacity();
+    e->empty_n += load <= 0;
     e->window_sum += static_cast<double>(n);
     e->window_n++;
   }
@@ -121,15 +167,20 @@ void Monitor::sample(int64_t now) {
     StageRt& st = *stp;
     if (st.done.load(std::memory_order_relaxed)) continue;
     int64_t workers = st.is_source() ? 1 : st.worker_slots.bound();
-    double idle = static_cast<double>(std::max<int64_t>(0, workers - st.running_now.load(std::memory_order_relaxed))) * dt;
+    double idle = static_cast<double>(std::max<int64_t>(0, workers - st.running.load(std::memory_order_relaxed))) * dt;
     if (idle <= 0) continue;
-    bool input = false, full = false;
+    bool input = false, full = false, in_order = false;
     for (EdgeRt* e : st.inputs)
       if (e->load.load(std::memory_order_relaxed) - e->held.load(std::memory_order_relaxed) > 0) input = true;
     for (EdgeRt* e : st.outputs)
-      if (e->credits.full()) full = true;
+      if (e->credits.full()) {
+        full = true;
+        in_order |= e->in_order.load(std::memory_order_relaxed) > 0;
+      }
     if (!st.is_source() && !input)
       st.idle_starved_w += idle;
+    else if (full && in_order)
+      st.idle_order_w += idle;
     else if (full)
       st.idle_blocked_w += idle;
     else
@@ -137,11 +188,98 @@ void Monitor::sample(int64_t now) {
   }
 }
 
-Snapshot Monitor::snapshot(bool finished, bool advance_window) {
+Monitor::Mark Monitor::mark_now(int64_t now) const {
+  Mark m;
+  m.t = now;
+  m.process_cpu_s = process_cpu_s();
+  for (const auto& stp : rt_.stages) {
+    const StageRt& st = *stp;
+    StageMark x;
+    for (const auto& cp : st.counters) {
+      x.in += cp->in.load(std::memory_order_relaxed);
+      x.out += cp->out.load(std::memory_order_relaxed);
+      x.busy_ns += cp->busy_ns.load(std::memory_order_relaxed);
+      int64_t since = cp->busy_since.load(std::memory_order_relaxed);
+      if (since && since < now) x.busy_ns += now - since;
+      x.cpu_ns += cp->cpu_ns.load(std::memory_order_relaxed);
+    }
+    x.starved = st.idle_starved_w, x.blocked = st.idle_blocked_w, x.order = st.idle_order_w, x.ready = st.idle_ready_w;
+    m.stages.push_back(x);
+  }
+  for (const auto& e : rt_.edges) m.edges.push_back({e->samples, e->full_n, e->empty_n, e->sum});
+  return m;
+}
+
+void Monitor::fill_steady(Snapshot& s, const Mark& now) {
+  // The window starts once every stage that takes all its input has started (stages that only
+  // take some items, eval and checkpoint, start late by design), and spans at most the last
+  // steady_window seconds: the first mark at or after that.
+  int64_t started = 0;
+  for (const auto& st : rt_.stages) {
+    int64_t first = st->first_ns.load(std::memory_order_relaxed);
+    bool occasional = !st->inputs.empty() && st->inputs.front()->accepts;
+    if (!occasional) started = first ? std::max(started, first) : INT64_MAX;
+  }
+  const int64_t span_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.opts.steady_window).count();
+  const int64_t from = std::max({started, now.t - span_ns, steady_floor_.load()});
+  const Mark* start = nullptr;
+  for (const auto& m : marks_)
+    if (m.t >= from) {
+      start = &m;
+      break;
+    }
+  if (started == INT64_MAX || !start || now.t - start->t < 500'000'000) return;  // no steady state yet
+  const double seconds = (now.t - start->t) / 1e9;
+  s.steady_from_s = (start->t - rt_.t0) / 1e9;
+  s.process_cores = (now.process_cpu_s - start->process_cpu_s) / seconds;
+  for (size_t k = 0; k < rt_.stages.size(); ++k) {
+    const StageRt& st = *rt_.stages[k];
+    const StageMark& a = start->stages[k];
+    const StageMark& b = now.stages[k];
+    StageStats& x = s.stages[k];
+    StageSpan& w = x.steady;
+    w.seconds = seconds;
+    const double busy_s = (b.busy_ns - a.busy_ns) / 1e9;
+    w.busy = std::clamp(busy_s / (seconds * x.workers), 0.0, 1.0);
+    const double starved = b.starved - a.starved, blocked = b.blocked - a.blocked, order = b.order - a.order,
+                 ready = b.ready - a.ready, idle = starved + blocked + order + ready;
+    if (idle > 0) {
+      w.starved = (1 - w.busy) * starved / idle;
+      w.blocked = (1 - w.busy) * blocked / idle;
+      w.order_wait = (1 - w.busy) * order / idle;
+      w.ready = (1 - w.busy) * ready / idle;
+    } else if (x.source) {
+      w.ready = 1 - w.busy;
+    } else {
+      w.starved = 1 - w.busy;
+    }
+    const double in = static_cast<double>(b.in - a.in), out = static_cast<double>(b.out - a.out);
+    const double items = x.source ? out : in;
+    w.in_per_s = in / seconds;
+    w.out_per_s = out / seconds;
+    w.cpu_cores = (b.cpu_ns - a.cpu_ns) / 1e9 / seconds;
+    w.cpu_ms_per_item = items > 0 ? (b.cpu_ns - a.cpu_ns) / 1e6 / items : 0;
+    w.capacity_per_s = busy_s > 0 ? items / busy_s * x.workers : 0;
+    if (st.kind == StageKind::cpu || st.kind == StageKind::source) s.cpu_cores += w.cpu_cores;
+  }
+  for (size_t i = 0; i < rt_.edges.size(); ++i) {
+    const EdgeMark& a = start->edges[i];
+    const EdgeMark& b = now.edges[i];
+    QueueStats& q = s.queues[i];
+    if (b.samples <= a.samples) continue;
+    const double n = static_cast<double>(b.samples - a.samples);
+    q.steady_mean = (b.sum - a.sum) / n;
+    q.steady_full = static_cast<double>(b.full - a.full) / n;
+    q.steady_empty = static_cast<double>(b.empty - a.empty) / n;
+  }
+}
+
+Snapshot Monitor::snapshot(bool finished, bool report) {
   Snapshot s;
   const int64_t now = now_ns();
   s.t_s = rt_.t0 ? (now - rt_.t0) / 1e9 : 0;
   s.finished = finished;
+  s.cores = rt_.threads;
   std::lock_guard lock(mu_);
   s.status = status_;
   const double window_s = (now - window_.t) / 1e9;
@@ -151,11 +289,11 @@ Snapshot Monitor::snapshot(bool finished, bool advance_window) {
     x.name = st.spec.name;
     x.type = st.type->name;
     int64_t slots = st.is_source() ? 0 : st.worker_slots.bound();  // 0 before the flow graph is built
-    x.workers = slots > 0 ? static_cast<int>(slots) : st.max_workers;
+    x.workers = slots > 0 ? static_cast<int>(slots) : (st.is_source() ? 1 : st.start_workers);
     x.source = st.is_source();
     x.sink = st.is_sink() || st.outputs.empty();
     x.own_thread = st.kind == StageKind::own_thread;
-    int64_t busy_ns = 0, device_wait_ns = 0;
+    int64_t busy_ns = 0, device_wait_ns = 0, cpu_ns = 0;
     for (const auto& cp : st.counters) {
       const SlotCounters& c = *cp;
       x.items_in += c.in.load(std::memory_order_relaxed);
@@ -165,20 +303,23 @@ Snapshot Monitor::snapshot(bool finished, bool advance_window) {
       int64_t since = c.busy_since.load(std::memory_order_relaxed);
       if (since && since < now) busy_ns += now - since;
       device_wait_ns += c.device_wait_ns.load(std::memory_order_relaxed);
+      cpu_ns += c.cpu_ns.load(std::memory_order_relaxed);
     }
     if (rt_.t0) {
       int64_t end = st.end_ns.load(std::memory_order_relaxed);
       x.wall_s = ((end ? end : now) - rt_.t0) / 1e9;
     }
     x.busy_s = busy_ns / 1e9;
+    x.cpu_s = cpu_ns / 1e9;
     x.device_wait_s = device_wait_ns / 1e9;
     x.device_busy_s = st.device_busy_ns.load(std::memory_order_relaxed) / 1e9;
     // Idle worker time, split in the proportions the samples saw.
     double idle = std::max(0.0, x.wall_s * x.workers - x.busy_s);
-    double seen = st.idle_starved_w + st.idle_blocked_w + st.idle_ready_w;
+    double seen = st.idle_starved_w + st.idle_blocked_w + st.idle_order_w + st.idle_ready_w;
     if (seen > 0) {
       x.starved_s = idle * st.idle_starved_w / seen;
       x.blocked_s = idle * st.idle_blocked_w / seen;
+      x.order_wait_s = idle * st.idle_order_w / seen;
       x.ready_s = idle * st.idle_ready_w / seen;
     } else if (x.source) {
       x.ready_s = idle;
@@ -189,7 +330,7 @@ Snapshot Monitor::snapshot(bool finished, bool advance_window) {
     if (!window_.items.empty() && window_s > 0) {
       x.window_items_per_s = static_cast<double>(items - window_.items[k]) / window_s;
       x.window_busy = std::clamp((x.busy_s - window_.busy[k]) / (window_s * x.workers), 0.0, 1.0);
-      if (advance_window) {
+      if (report) {
         window_.items[k] = items;
         window_.busy[k] = x.busy_s;
       }
@@ -206,37 +347,54 @@ Snapshot Monitor::snapshot(bool finished, bool advance_window) {
     q.high_water = static_cast<int>(e.high_water.load(std::memory_order_relaxed));
     q.samples = e.samples;
     if (e.samples) {
-      double sum = 0;
       uint64_t acc = 0;
       bool have50 = false, have95 = false;
       for (size_t i = 0; i < e.hist.size(); ++i) {
         if (!e.hist[i]) continue;
-        sum += static_cast<double>(i) * static_cast<double>(e.hist[i]);
         acc += e.hist[i];
         q.max_sampled = static_cast<int>(i);
         if (!have50 && acc * 2 >= e.samples) q.p50 = static_cast<double>(i), have50 = true;
         if (!have95 && acc * 100 >= e.samples * 95) q.p95 = static_cast<double>(i), have95 = true;
       }
-      q.mean = sum / static_cast<double>(e.samples);
-      q.full = static_cast<double>(e.hist.back()) / static_cast<double>(e.samples);
-      q.empty = static_cast<double>(e.hist.front()) / static_cast<double>(e.samples);
+      q.mean = e.sum / static_cast<double>(e.samples);
+      q.full = static_cast<double>(e.full_n) / static_cast<double>(e.samples);
+      q.empty = static_cast<double>(e.empty_n) / static_cast<double>(e.samples);
     }
     q.window_mean = e.window_n ? e.window_sum / static_cast<double>(e.window_n) : e.last_window_mean;
-    if (advance_window) {
+    if (report) {
       if (e.window_n) e.last_window_mean = e.window_sum / static_cast<double>(e.window_n);
       e.window_sum = 0;
       e.window_n = 0;
     }
     s.queues.push_back(std::move(q));
   }
-  if (advance_window) window_.t = now;
+  if (rt_.t0 && rt_.opts.stats) {
+    Mark m = mark_now(now);
+    fill_steady(s, m);
+    if (report) {
+      window_.t = now;
+      marks_.push_back(std::move(m));
+      const int64_t keep = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.opts.steady_window).count() +
+                           4 * std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.opts.report_interval).count();
+      while (marks_.size() > 2 && marks_.front().t < now - keep) marks_.pop_front();
+    }
+  }
   return s;
 }
 
-void Monitor::finish(const Snapshot& final_snapshot) {
+void Monitor::finish(Snapshot final_snapshot) {
   if (!rt_.opts.stats) return;
-  Verdict v = analyze(final_snapshot);
-  std::string line = to_json(final_snapshot, &v);
+  // The final verdict is the plain analysis (nothing left to flicker), logged if it differs.
+  final_snapshot.verdict = analyze(final_snapshot);
+  bool changed = false;
+  tracker_.update(final_snapshot, changed);
+  if (changed) log_event({final_snapshot.t_s, "verdict", final_snapshot.verdict.text});
+  {
+    std::lock_guard lock(mu_);
+    final_snapshot.events = std::move(fresh_events_);
+    fresh_events_.clear();
+  }
+  std::string line = to_json(final_snapshot);
   if (jsonl_.is_open()) {
     jsonl_ << line << "\n";
     jsonl_.close();

@@ -40,15 +40,21 @@ constexpr int kMaxOutputs = 8;
 struct EdgeRt;
 struct Bundle;
 
-/// The message on every flow-graph edge: one item, an end-of-stream marker, or (between a
-/// parallel stage and its sequencer) everything one invocation emitted.
+/// The message on every flow-graph edge: one item, several items (a cheap source's batch and
+/// what the stages downstream make of it), an end-of-stream marker, or (between a parallel
+/// stage and its sequencer) everything one invocation emitted.
 struct Packet {
-  enum class Kind : uint8_t { item, eos, bundle };
+  enum class Kind : uint8_t { item, items, eos, bundle };
   Kind kind = Kind::item;
   EdgeRt* edge = nullptr;  // the edge it travels on (null on a source's way to its fan-out)
-  uint64_t seq = 0;        // bundles: the invocation's place in its stage's input order
-  Item item;
-  std::shared_ptr<Bundle> bundle;
+  uint64_t seq = 0;        // its place among the packets on its edge; bundles: the input packet's
+  Item item;                                 // Kind::item
+  std::shared_ptr<std::vector<Item>> items;  // Kind::items
+  std::shared_ptr<Bundle> bundle;            // Kind::bundle
+  /// How many places on an edge it takes: its items, or 1 for an end-of-stream marker.
+  int64_t count() const {
+    return kind == Kind::items ? static_cast<int64_t>(items->size()) : kind == Kind::bundle ? 0 : 1;
+  }
 };
 
 /// The outputs of one invocation of an order-keeping parallel stage, in emission order.
@@ -81,19 +87,21 @@ struct Credits {
   int64_t retiring = 0;          // releases to turn into phantoms (the bound is being lowered)
 
   /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
-  /// `raises`: the owner may call extra()/try_extra() (ordering needs the lock; see edge.cpp).
-  void open(flow::graph& g, int64_t threshold, int64_t bound, bool raises);
-  bool raises = true;
+  /// `send_unlocked`: limiter messages may run our code inline (a source's edges; edge.cpp).
+  void open(flow::graph& g, int64_t threshold, int64_t bound, bool send_unlocked);
+  bool unlocked_sends = false;
   /// An admission the limiter made (the mirror follows it).
   void admitted() { used.fetch_add(1, std::memory_order_relaxed); }
-  /// One credit is free again (a reservation not used, an item taken off the edge, a resource
+  /// `n` credits are free again (a reservation not used, items taken off the edge, a resource
   /// given back). Pays debt first.
-  void release();
-  /// One more credit for an item beyond the admission's; owes it when there is none. `margin`:
-  /// admissions the limiter made that the mirror has not counted yet.
-  void extra(int64_t margin);
+  void release(int64_t n = 1);
+  /// `n` more credits for items beyond the admission's; owes those there is no room for.
+  /// `margin`: admissions the limiter made that the mirror has not counted yet.
+  void extra(int64_t n, int64_t margin);
   /// One more credit if there is one; never owes.
   bool try_extra(int64_t margin);
+  /// Credits free now (never below 0).
+  int64_t room() const;
   /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
   void set_bound(int64_t bound);
   int64_t bound() const;
@@ -105,25 +113,31 @@ struct EdgeRt {
   size_t producer = 0, consumer = 0;  // stage indices (topological order)
   int out_index = 0;                  // the producer's output port
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
+  bool batches = false;  // may carry several items per packet: the consumer is a single-worker CPU stage
+  bool tune_capacity = false;  // the autotuner may move the bound (capacity = "auto", [run] autotune)
+  int start_capacity = 8, max_capacity = 8;
   Credits credits;
 
   std::atomic<int64_t> load{0};      // items (and end markers) on the edge now
   std::atomic<int64_t> held{0};      // of those, held by the producer (a bundle waiting for its turn, a timer)
+  std::atomic<int64_t> in_order{0};  // of those, in bundles waiting for their turn in order
   std::atomic<int64_t> high_water{0};
-  std::atomic<uint64_t> next_seq{0};  // dense sequence numbers of what is put on this edge
+  std::atomic<uint64_t> next_seq{0};     // items' sequence numbers on this edge: 0, 1, 2, ...
+  std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
 
-  // Monitor-owned occupancy samples.
+  // Monitor-owned occupancy samples (cumulative, so that a window is a difference).
   std::vector<uint64_t> hist;
-  uint64_t samples = 0;
+  uint64_t samples = 0, full_n = 0, empty_n = 0;
+  double sum = 0;
   double window_sum = 0, last_window_mean = 0;
   uint64_t window_n = 0;
 
-  /// A put onto the edge (load and high-water mark).
-  void count_in();
-  /// The consumer took a packet off the edge.
-  void take() {
-    load.fetch_sub(1, std::memory_order_relaxed);
-    credits.release();
+  /// `n` items put onto the edge (load and high-water mark).
+  void count_in(int64_t n = 1);
+  /// The consumer took a packet of `n` items (or one marker) off the edge.
+  void take(int64_t n) {
+    load.fetch_sub(n, std::memory_order_relaxed);
+    credits.release(n);
   }
   int capacity() const { return static_cast<int>(credits.bound()); }
 };
@@ -159,6 +173,8 @@ struct StageRt {
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
   bool renumber_input = false;  // several inputs and ordered_commit: a serial node numbers them
   int max_workers = 1;          // worker slots (the limiter threshold)
+  int start_workers = 1;        // the concurrency the run starts with
+  bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
   std::shared_ptr<ResourcePool> pool;
 
   // Nodes (flow_build.cpp).
@@ -180,12 +196,11 @@ struct StageRt {
   tbb::spin_mutex slot_mu;
   std::vector<int> free_slots;
 
-  // End of stream.
-  std::mutex eos_mu;
-  int eos_seen = 0;
-  int running = 0;  // invocations in progress (under eos_mu)
-  bool finalize_pending = false;
-  uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq
+  // End of stream (invocation.cpp: who finalizes, without a lock).
+  std::atomic<int> eos_seen{0};
+  std::atomic<int> running{0};  // invocations in progress (also read by the monitor)
+  std::atomic<bool> finalize_pending{false};
+  uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq (before finalize_pending)
   std::atomic<bool> done{false};
   std::atomic<uint64_t> input_seq{0};  // renumbering of merged inputs
 
@@ -198,10 +213,19 @@ struct StageRt {
   std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot
   std::atomic<int64_t> start_ns{0}, end_ns{0};
   std::atomic<int64_t> device_busy_ns{0};
-  std::atomic<int> running_now{0};  // for the monitor
+
+  // Cost of one item (ns, a moving average over invocations that measured it): sources batch
+  // cheap items (flow_graph.h), and only while every stage is cheap.
+  std::atomic<int64_t> item_cost_ns{0};
+  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
+  std::atomic<int> batch{1};  // sources: items per packet now
+  int batch_max = 1;          // sources: at most this many (half the smallest output capacity, <= 64)
+  uint64_t bodies = 0;        // sources: input_node body calls, to revise `batch` now and then
 
   // Monitor-owned idle classification (seconds of idle worker time by cause).
-  double idle_starved_w = 0, idle_blocked_w = 0, idle_ready_w = 0;
+  double idle_starved_w = 0, idle_blocked_w = 0, idle_order_w = 0, idle_ready_w = 0;
+  std::atomic<int64_t> first_ns{0};      // when the stage first took an input (a source: produced)
+  std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
 
   StageRt();
   ~StageRt();  // out of line: DeviceThread is only complete in device_thread.cpp

@@ -142,7 +142,7 @@ const config::Schema& common_stage_schema() {
     s.string("type", std::nullopt, "registered stage type (see `pipeline stages`)")
         .string_list("input", std::vector<std::string>{}, "stage(s) feeding this one; absent for a source")
         .integer_or_auto("workers", int64_t{1}, "concurrent workers, or \"auto\": as many as the machine has cores (own-thread stages: 1)", 1, 1024)
-        .integer("capacity", 8, "capacity of this stage's input queue, in items", 1, 100000);
+        .integer_or_auto("capacity", int64_t{8}, "items each input edge of this stage holds at most, or \"auto\": tuned while the run goes", 1, 100000);
     return s;
   }();
   return schema;

@@ -1,6 +1,8 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
 // stats and trace in the run directory, Ctrl-C handling and --resume.
+#include <filesystem>
 #include <iostream>
+#include <memory>
 #include <unistd.h>
 
 #include "cli.h"
@@ -11,6 +13,31 @@
 
 namespace pipeline::cli {
 namespace {
+
+// The step of a checkpoint file (checkpoints/step_NNNNNNNN.ckpt), or -1.
+int64_t checkpoint_step(const std::string& path) {
+  auto name = std::filesystem::path(path).stem().string();
+  if (name.rfind("step_", 0) != 0) return -1;
+  try {
+    return std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Removes a run directory this command created if nothing was written into it but the
+// resolved config and an empty metrics.jsonl.
+void remove_unused_run_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name == "config.toml" || (name == "metrics.jsonl" && fs::file_size(e.path(), ec) == 0)) continue;
+    return;  // something else is there: keep it
+  }
+  fs::remove_all(dir, ec);
+}
 
 struct RunArgs {
   stages::RunRequest req;
@@ -67,11 +94,18 @@ int run_main(const std::vector<std::string>& args) {
     ~ClearContext() { stages::set_run_context(nullptr); }
   } clear_context;
 
-  graph::EngineOptions opts;
-  opts.run_dir = ctx.run_dir;
-  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
-  opts.trace = ctx.cfg.logging.trace;
-  graph::Engine engine(plan.spec, opts);
+  graph::EngineOptions opts = stages::engine_options(ctx);
+  // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
+  // structure of the graph was checked before it was made (plan_run), and what the directory
+  // holds so far (config.toml, an empty metrics.jsonl) is removed again.
+  std::unique_ptr<graph::Engine> engine_ptr;
+  try {
+    engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
+  } catch (...) {
+    if (a.req.resume.empty()) remove_unused_run_dir(ctx.run_dir);
+    throw;
+  }
+  graph::Engine& engine = *engine_ptr;
 
   graph::LiveViewOptions vo;
   const auto& live = ctx.cfg.logging.live;
@@ -100,8 +134,8 @@ int run_main(const std::vector<std::string>& args) {
     }
   }
   ctx.log->set_printer(nullptr);
-  auto snap = engine.snapshot();
-  auto verdict = graph::analyze(snap);
+  auto snap = engine.final_snapshot();
+  auto verdict = snap.verdict.kind.empty() ? graph::analyze(snap) : snap.verdict;
   std::cout << "\n";
   graph::print_summary(std::cout, snap, verdict);
 
@@ -118,6 +152,18 @@ int run_main(const std::vector<std::string>& args) {
   }
   if (engine.stop_requested() || done < ctx.cfg.training.steps) {
     std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps << ".";
+    const int64_t saved = ckpt.empty() ? -1 : checkpoint_step(ckpt);
+    if (ctx.cfg.checkpoint.at_end && done > ctx.start_step && saved != done) {
+      // The drain was cut short (a second Ctrl-C): the final snapshot never reached the disk.
+      std::cout << "\n";
+      std::cerr << "pipeline run: error: the final checkpoint (step " << done
+                << ") was not written: the run was aborted before it could be (" << snap.status << ")";
+      if (saved >= 0)
+        std::cerr << "; the newest checkpoint is " << ckpt << " (step " << saved
+                  << "): pipeline run --resume " << ctx.run_dir.string() << " repeats steps " << saved + 1 << ".." << done;
+      std::cerr << "\n";
+      return 1;
+    }
     if (!ckpt.empty())
       std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run --resume " << ctx.run_dir.string()
                 << "   (it reads the run's own config.toml, --set overrides included)\n";

@@ -30,12 +30,20 @@ int stats_main(const std::vector<std::string>& args) {
   }
   namespace graph = pipeline::graph;
   graph::Snapshot s = graph::load_run_snapshot(dir);
-  graph::print_summary(std::cout, s, graph::analyze(s));
+  graph::print_summary(std::cout, s, s.verdict.kind.empty() ? graph::analyze(s) : s.verdict);
   auto series = graph::load_run_series(dir);
+  auto events = graph::load_run_events(dir);
+  if (!events.empty()) {
+    std::cout << "\ntimeline (verdict changes and autotune decisions):\n";
+    graph::print_timeline(std::cout, events);
+  }
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
-    pipeline::write_file_atomic(svg, graph::occupancy_svg(series));
-    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples)\n";
+    pipeline::write_file_atomic(svg, graph::occupancy_svg(series, events));
+    std::cout << "
+occupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
+              << " events marked)
+";
   }
   return 0;
 }
@@ -44,7 +52,8 @@ PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a r
                   "usage: pipeline stats RUN_DIR [--svg FILE]\n"
                   "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
                   "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
-                  "and writes the queue occupancy over time to RUN_DIR/occupancy.svg (or FILE).",
+                  "the timeline of verdict changes and autotune decisions, and writes the edges' occupancy\n"
+                  "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).",
                   &stats_main});
 
 }  // namespace
