@@ -16,6 +16,7 @@
 // Tensor names: "model/<param>", "optim/<state>", "rng/cpu", "rng/cuda/<device>".
 #pragma once
 
+#include "model/checkpoint_file.h"
 #include "model/device_event.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
@@ -27,9 +28,6 @@
 #include <vector>
 
 namespace pipeline::model {
-
-inline constexpr char kCheckpointMagic[8] = {'P', 'I', 'P', 'E', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kCheckpointVersion = 1;
 
 /// Everything a checkpoint holds, as host (CPU) tensors.
 struct CheckpointState {
@@ -63,8 +61,10 @@ CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::
 /// bytes each, read on the host).
 void capture_rng_states(CheckpointState& state);
 
-/// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory). Throws
-/// std::runtime_error naming the path on I/O errors.
+/// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory; see
+/// graph/atomic_file.h). On an I/O error (disk full, read-only directory) it throws
+/// pipeline::FileWriteError naming the path and the step, removes path.tmp and leaves an
+/// existing checkpoint at path untouched.
 void write_checkpoint(const std::string& path, const CheckpointState& state);
 
 /// Reads and verifies a checkpoint (magic, version, length, CRC-32). Throws std::runtime_error
@@ -78,8 +78,5 @@ void restore(const CheckpointState& state, GPT& model, AdamW* optimizer, bool re
 /// snapshot() + write_checkpoint() on the calling thread.
 void save_checkpoint(const std::string& path, GPT& model, const AdamW* optimizer, int64_t step,
                      std::string metadata);
-
-/// CRC-32 (IEEE 802.3, the zlib one); chain calls by passing the previous value.
-uint32_t crc32(const void* data, size_t size, uint32_t prev = 0);
 
 }  // namespace pipeline::model

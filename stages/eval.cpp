@@ -29,7 +29,11 @@ namespace {
 class Eval : public graph::Stage {
  public:
   explicit Eval(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
-    if (rc_.cfg.eval.every > 0) load_validation();
+    if (rc_.cfg.eval.every <= 0) return;
+    load_validation();
+    // Built here, while the graph is built, not in initialize(): module constructors draw from
+    // the global CPU generator, and train draws its dropout masks from it once it runs.
+    model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
   }
 
   void initialize() override {
@@ -40,7 +44,6 @@ class Eval : public graph::Stage {
       c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(false, rc_.device.index()));
     }
 #endif
-    model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
     model_->to(rc_.device);
     model_->eval();
     val_ = val_.to(rc_.device);

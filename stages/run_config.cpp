@@ -71,7 +71,11 @@ const std::vector<config::Schema>& run_schemas() {
     s.back()
         .integer("every", 0, "steps between checkpoints (0: none during the run)", 0, 1e12)
         .integer("keep", 2, "newest checkpoints kept in the run directory", 1, 1e6)
-        .boolean("at_end", true, "write a checkpoint when the run ends or is interrupted");
+        .boolean("at_end", true, "write a checkpoint when the run ends or is interrupted")
+        .string("on_error", "stop",
+                "when a checkpoint cannot be written (disk full, read-only directory): stop (the run ends "
+                "with the resume command) or warn (log it and train on)",
+                {"stop", "warn"});
     s.emplace_back("logging");
     s.back()
         .integer("every", 10, "steps between progress lines", 1, 1e12)
@@ -146,7 +150,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
              e.get_float("temperature"), e.get_int("top_k")};
 
   auto c = sec("checkpoint");
-  rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end")};
+  rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end"), c.get_string("on_error")};
 
   auto l = sec("logging");
   rc.logging = {l.get_int("every"), l.get_string("live"), l.get_int("stats_interval_ms"), l.get_bool("trace"),

@@ -67,6 +67,7 @@ struct CheckpointSection {
   int64_t every = 0;  // steps between checkpoints (0 = only at the end)
   int64_t keep = 2;   // newest checkpoints kept
   bool at_end = true;
+  std::string on_error = "stop";  // stop | warn: what a failed checkpoint write does to the run
 };
 
 struct LoggingSection {

@@ -3,8 +3,8 @@
 
 #include <chrono>
 #include <ctime>
-#include <fstream>
 
+#include "graph/atomic_file.h"
 #include "graph/json.h"
 #include "model/checkpoint.h"
 
@@ -119,6 +119,7 @@ RunPlan plan_run(const RunRequest& req) {
     }
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
+    ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
     ctx->run_dir = req.resume;
   } else if (req.create_run_dir) {
     ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
@@ -131,9 +132,10 @@ RunPlan plan_run(const RunRequest& req) {
   if (!ctx->run_dir.empty()) {
     fs::create_directories(ctx->run_dir);
     if (req.resume.empty()) {
-      std::ofstream out(ctx->run_dir / "config.toml");
-      out << "# Resolved configuration of this run (from " << plan.config_path.string() << ").\n\n"
-          << config::to_toml(plan.sections());
+      // --resume reads this file back: a run whose config.toml could not be written must not start.
+      write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +
+                                                          plan.config_path.string() + ").\n\n" +
+                                                          config::to_toml(plan.sections()));
     }
   }
   ctx->log = std::make_shared<RunLog>(ctx->run_dir);

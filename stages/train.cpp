@@ -86,6 +86,7 @@ class Train : public graph::Stage {
     }
 #endif
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(cfg.run.seed));
+    torch::manual_seed(cfg.run.seed);  // dropout's generators: from the seed alone (restore() overrides on resume)
     model_->to(rc_.device);
     model_->train();
     model::AdamWOptions o;

@@ -1,8 +1,10 @@
 // Small helpers shared by the test executables (no doctest, no torch here).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -40,5 +42,29 @@ inline ShellResult shell(const std::string& command) {
 }
 
 inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+/// While alive, every file this process writes is limited to `bytes` (RLIMIT_FSIZE), and SIGXFSZ
+/// is ignored so that write() fails with EFBIG ("File too large") instead of killing the process:
+/// a disk that fills up, for one process and without privileges.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) throw std::runtime_error("setrlimit(RLIMIT_FSIZE) failed");
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+};
 
 }  // namespace test_util

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "graph/atomic_file.h"
 #include "graph/stats.h"
 
 namespace {
@@ -38,14 +39,11 @@ int stats_main(const std::vector<std::string>& args) {
   }
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
-    std::ofstream out(svg, std::ios::trunc);
-    out << graph::occupancy_svg(series, events);
-    if (!out.flush()) {
-      std::cerr << "pipeline stats: " << svg << ": cannot write the chart\n";
-      return 1;
-    }
-    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
-              << " events marked)\n";
+    pipeline::write_file_atomic(svg, graph::occupancy_svg(series, events));
+    std::cout << "
+occupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
+              << " events marked)
+";
   }
   return 0;
 }
