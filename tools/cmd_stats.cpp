@@ -40,10 +40,8 @@ int stats_main(const std::vector<std::string>& args) {
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
     pipeline::write_file_atomic(svg, graph::occupancy_svg(series, events));
-    std::cout << "
-occupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
-              << " events marked)
-";
+    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
+              << " events marked)\n";
   }
   return 0;
 }
