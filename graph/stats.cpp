@@ -149,8 +149,9 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"busy_s\":" << x.busy_s << ",\"starved_s\":" << x.starved_s << ",\"blocked_s\":" << x.blocked_s
        << ",\"wall_s\":" << x.wall_s << ",\"device_wait_s\":" << x.device_wait_s
        << ",\"device_busy_s\":" << x.device_busy_s << ",\"window_items_per_s\":" << x.window_items_per_s
-       << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
-       << "}";
+       << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s();
+    if (x.rank >= 0) os << ",\"rank\":" << x.rank;
+    os << "}";
   }
   os << "],\"queues\":[";
   for (size_t i = 0; i < s.queues.size(); ++i) {
@@ -204,6 +205,7 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.device_busy_s = x.number("device_busy_s");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
+    st.rank = static_cast<int>(x.number("rank", -1));
     s.stages.push_back(std::move(st));
   }
   for (const auto& x : root.array("queues")) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "graph/stage.h"
+#include "stages/data_parallel.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -27,7 +28,13 @@ class Checkpoint : public graph::Stage {
     char name[64];
     std::snprintf(name, sizeof name, "step_%08lld.ckpt", static_cast<long long>(r.checkpoint->step));
     auto path = dir / name;
-    model::write_checkpoint(path.string(), *r.checkpoint);
+    if (rc_.dp) {  // data parallel: the checkpoint also holds every other rank's data cursor
+      auto state = *r.checkpoint;
+      state.metadata = rc_.dp->complete_checkpoint_metadata(state.step, state.metadata);
+      model::write_checkpoint(path.string(), state);
+    } else {
+      model::write_checkpoint(path.string(), *r.checkpoint);
+    }
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lock(rc_.mu);

@@ -22,12 +22,13 @@ namespace {
 
 class Eval : public graph::Stage {
  public:
-  explicit Eval(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
-    if (rc_.cfg.eval.every > 0) load_validation();
+  explicit Eval(const graph::StageContext& ctx)
+      : rc_(require_run_context(ctx.name)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
+    if (active_) load_validation();  // data parallel: rank 0 evaluates, the others train only
   }
 
   void initialize() override {
-    if (rc_.cfg.eval.every <= 0) return;
+    if (!active_) return;
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       c10::cuda::set_device(rc_.device.index());
@@ -139,6 +140,7 @@ class Eval : public graph::Stage {
   }
 
   RunContext& rc_;
+  bool active_;
   model::GPT model_{nullptr};
   torch::Tensor val_;
   int64_t n_batches_ = 0;

@@ -14,7 +14,16 @@ const std::vector<config::Schema>& run_schemas() {
         .string("dir", "", "explicit run directory (empty: runs/<name>-<timestamp> under the working directory)")
         .integer("seed", 1337, "seed for weights, data order and sampling", 0, 9.2e18)
         .string("device", "auto", "where to train: auto (CUDA when present), cpu or cuda", {"auto", "cpu", "cuda"})
-        .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024);
+        .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024)
+        .string("backend", "auto",
+                "data parallel under torchrun: collectives on nccl (CUDA) or gloo (CPU); auto: nccl on CUDA, else gloo",
+                {"auto", "nccl", "gloo"})
+        .floating("dist_timeout_s", 600, "data parallel: how long a rank waits for the others (start-up, collectives)",
+                  1, 1e6)
+        .floating("dist_heartbeat_s", 60, "data parallel: a rank whose heartbeat stops this long is reported as gone",
+                  1, 1e6)
+        .floating("dist_bucket_mb", 25, "data parallel: size of the gradient buckets all-reduced during backward",
+                  0.001, 1e5);
     s.emplace_back("model");
     s.back()
         .string("preset", "gpt2", "model size: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a small CPU preset")
@@ -105,8 +114,11 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   };
 
   auto run = sec("run");
-  rc.run = {run.get_string("name"), run.get_string("dir"), run.get_int("seed"), run.get_string("device"),
-            run.get_int("threads")};
+  rc.run = {run.get_string("name"),        run.get_string("dir"),
+            run.get_int("seed"),            run.get_string("device"),
+            run.get_int("threads"),         run.get_string("backend"),
+            run.get_float("dist_timeout_s"), run.get_float("dist_heartbeat_s"),
+            run.get_float("dist_bucket_mb")};
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),

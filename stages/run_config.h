@@ -18,6 +18,11 @@ struct RunSection {
   int64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
   int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)
+  // Data parallel (under torchrun):
+  std::string backend = "auto";  // auto | nccl | gloo
+  double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)
+  double dist_heartbeat_s = 60;  // a rank silent this long is reported as gone
+  double dist_bucket_mb = 25;    // gradient all-reduce bucket size
 };
 
 struct ModelSection {

@@ -9,6 +9,7 @@
 #include "model/autocast.h"
 #include "model/optim.h"
 #include "model/schedule.h"
+#include "stages/data_parallel.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
@@ -56,6 +57,11 @@ class Train : public graph::Stage {
       model::restore(state, model_, opt_.get());
     }
     for (auto& p : model_->parameters()) params_.push_back(p);
+    // Data parallel: every rank starts from rank 0's weights; gradients are averaged in backward.
+    if (rc_.dp) {
+      sync_ = std::make_unique<TrainSync>(*rc_.dp, cfg, params_);
+      rc_.log->print(sync_->describe_buckets());
+    }
     sched_ = model::LrSchedule{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps, cfg.training.steps};
     step_ = rc_.start_step;
     cursor_ = rc_.start;
@@ -66,6 +72,9 @@ class Train : public graph::Stage {
 
   void process(graph::Item in, graph::Emitter& out) override {
     if (done_) return;  // the run has its steps: what is still queued is not needed
+    const auto accum = rc_.cfg.training.grad_accum;
+    const bool last_micro_batch = micro_ + 1 == accum;
+    if (sync_ && !sync_->before_forward(last_micro_batch)) return stop_with_the_others(out);
     auto b = in.take<Batch>();
     torch::Tensor x = b.x, y = b.y;  // (B, T)
     if (rc_.device.is_cuda()) {
@@ -89,8 +98,8 @@ class Train : public graph::Stage {
       auto logits = model_->forward(x);  // (B, T, V)
       loss = model_->loss(logits, y);    // ()
     }
-    const auto accum = rc_.cfg.training.grad_accum;
     if (accum > 1) loss = loss / static_cast<double>(accum);
+    if (sync_) sync_->before_backward(loss, last_micro_batch);
     loss.backward();  // outside autocast, as in PyTorch
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
     cursor_ = b.after;
@@ -103,17 +112,30 @@ class Train : public graph::Stage {
     // Stopped before the last step (Ctrl-C, or the data ran out with loop = false): record where
     // we are so `--resume` continues from here. A partial accumulation is dropped; its batches
     // are read again on resume because the cursor is that of the last completed step.
-    if (done_ || !rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
+    if (done_) return;
+    if (sync_) sync_->end_of_input();  // data parallel: the other ranks stop after this step too
+    emit_final_checkpoint(out);
+  }
+
+ private:
+  void emit_final_checkpoint(graph::Emitter& out) {
+    if (!rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
     StepResult r;
     r.step = step_;
     r.last = true;
     r.cursor = step_cursor_;
     r.issued = std::chrono::steady_clock::now();
-    r.checkpoint = snapshot();
+    if (!sync_ || sync_->checkpoint_here(step_, step_cursor_)) r.checkpoint = snapshot();
     out.emit(std::move(r));
   }
 
- private:
+  // Data parallel: the ranks agreed to stop before this step (a stop request or a rank out of
+  // data), so every rank checkpoints the same step.
+  void stop_with_the_others(graph::Emitter& out) {
+    emit_final_checkpoint(out);
+    finish();
+  }
+
   void step(graph::Emitter& out) {
     const auto& cfg = rc_.cfg;
     torch::Tensor norm = cfg.training.grad_clip > 0 ? model::clip_grad_norm(params_, cfg.training.grad_clip)
@@ -131,14 +153,16 @@ class Train : public graph::Stage {
     r.lr = lr;
     r.cursor = cursor_;
     r.last = step_ >= cfg.training.steps;
-    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last)) {
+    if (sync_) sync_->average(loss_sum_, norm, r);  // the logged loss and norm: means over the ranks
+    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last) && rc_.writer()) {
       auto w = std::make_shared<EvalWeights>();
       w->step = step_;
       torch::NoGradGuard no_grad;
       for (const auto& p : model_->named_parameters()) w->weights.emplace_back(p.key(), p.value().detach().clone());
       r.eval = std::move(w);
     }
-    if ((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end))
+    if (((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end)) &&
+        (!sync_ || sync_->checkpoint_here(step_, step_cursor_)))
       r.checkpoint = snapshot();
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
@@ -170,6 +194,7 @@ class Train : public graph::Stage {
   }
 
   void finish() {
+    if (sync_) sync_->finish();
     done_ = true;
     rc_.input_done.store(true);  // sources stop; what is in flight drains and is dropped here
   }
@@ -183,6 +208,7 @@ class Train : public graph::Stage {
   bool autocast_ = true, done_ = false;
   torch::Tensor loss_sum_;
   DataCursor cursor_, step_cursor_;
+  std::unique_ptr<TrainSync> sync_;  // data parallel only
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

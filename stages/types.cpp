@@ -2,6 +2,8 @@
 // the run context (see types.h).
 #include "stages/types.h"
 
+#include "stages/data_parallel.h"
+
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
@@ -71,10 +73,9 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
 }
 
 void wait_ready(const StepResult& r) {
+  if (r.reduced) r.reduced->wait();
 #ifdef PIPELINE_HAVE_CUDA
   if (r.done) static_cast<at::cuda::CUDAEvent*>(r.done.get())->synchronize();
-#else
-  (void)r;
 #endif
 }
 
@@ -86,7 +87,7 @@ void wait_copy(const Batch& b) {
 #endif
 }
 
-RunLog::RunLog(std::filesystem::path run_dir) : dir_(std::move(run_dir)) {
+RunLog::RunLog(std::filesystem::path run_dir, bool print) : dir_(std::move(run_dir)), print_(print) {
   if (!dir_.empty()) {
     auto path = dir_ / "metrics.jsonl";
     metrics_ = std::fopen(path.c_str(), "a");
@@ -99,6 +100,7 @@ RunLog::~RunLog() {
 }
 
 void RunLog::print(const std::string& line) {
+  if (!print_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (printer_) {
     printer_(line);
@@ -124,6 +126,14 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
   return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
+}
+
+bool RunContext::writer() const { return !dp || dp->writer(); }
+
+datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
+  datasets::DatasetReaderOptions o;
+  o.partition = rc.partition;
+  return o;
 }
 
 namespace {

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "graph/stats.h"
+#include "stages/rank_stats.h"
 
 namespace {
 
@@ -29,7 +30,9 @@ int stats_main(const std::vector<std::string>& args) {
   }
   namespace graph = pipeline::graph;
   graph::Snapshot s = graph::load_run_snapshot(dir);
-  graph::print_summary(std::cout, s, graph::analyze(s));
+  // A data-parallel run's summary holds every rank's stages: one row per rank for the device
+  // stages, and a verdict that names a straggler rank.
+  graph::print_summary(std::cout, pipeline::stages::rank_rows(s), pipeline::stages::analyze_ranks(s));
   auto series = graph::load_run_series(dir);
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();

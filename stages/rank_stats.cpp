@@ -1,0 +1,135 @@
+// Gathering, merging and judging the ranks' stage statistics (see rank_stats.h).
+#include "stages/rank_stats.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace pipeline::stages {
+
+namespace {
+
+constexpr const char* kTrainType = "train";
+// A rank is named as the straggler when its train stage waited for input at least this share of
+// its time, and this much more than the rank that waited least.
+constexpr double kStragglerStarved = 0.10;
+
+std::string pct(double x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
+  return buf;
+}
+
+// Rank r's rows of a merged snapshot (rank 0's with its queues).
+graph::Snapshot rank_snapshot(const graph::Snapshot& merged, int rank) {
+  graph::Snapshot s;
+  s.t_s = merged.t_s;
+  s.finished = merged.finished;
+  s.status = merged.status;
+  for (const auto& st : merged.stages)
+    if (st.rank == rank) s.stages.push_back(st);
+  if (rank == 0) s.queues = merged.queues;
+  return s;
+}
+
+int max_rank(const graph::Snapshot& s) {
+  int m = -1;
+  for (const auto& st : s.stages) m = std::max(m, st.rank);
+  return m;
+}
+
+const graph::StageStats* train_of(const graph::Snapshot& s) {
+  for (const auto& st : s.stages)
+    if (st.type == kTrainType && st.wall_s > 0) return &st;
+  return nullptr;
+}
+
+}  // namespace
+
+graph::Snapshot merge_rank_snapshots(const std::vector<graph::Snapshot>& by_rank) {
+  graph::Snapshot out;
+  if (by_rank.empty()) return out;
+  out = by_rank[0];
+  for (auto& st : out.stages) st.rank = 0;
+  for (size_t r = 1; r < by_rank.size(); ++r)
+    for (auto st : by_rank[r].stages) {
+      st.rank = static_cast<int>(r);
+      out.stages.push_back(std::move(st));
+    }
+  return out;
+}
+
+graph::Snapshot rank_rows(const graph::Snapshot& merged) {
+  graph::Snapshot out = merged;
+  out.stages.clear();
+  for (const auto& st : merged.stages)
+    if (st.rank <= 0) out.stages.push_back(st);
+  for (const auto& st : merged.stages)
+    if (st.rank > 0 && st.own_thread) {
+      out.stages.push_back(st);
+      out.stages.back().name += "@" + std::to_string(st.rank);
+    }
+  return out;
+}
+
+graph::Verdict analyze_ranks(const graph::Snapshot& merged) {
+  const int last = max_rank(merged);
+  if (last <= 0) return graph::analyze(last < 0 ? merged : rank_snapshot(merged, 0));
+  graph::Verdict v = graph::analyze(rank_snapshot(merged, 0));
+  int slow = -1, calm = -1;
+  double most = 0, least = 1;
+  for (int r = 0; r <= last; ++r) {
+    const auto* t = train_of(rank_snapshot(merged, r));
+    if (!t) continue;
+    if (slow < 0 || t->starved() > most) slow = r, most = t->starved();
+    if (calm < 0 || t->starved() < least) calm = r, least = t->starved();
+  }
+  if (slow < 0 || slow == calm || most < kStragglerStarved || most - least < kStragglerStarved) return v;
+  // Everyone waits for `slow` at each all-reduce; what holds `slow` back is its own bottleneck.
+  graph::Verdict own = graph::analyze(rank_snapshot(merged, slow));
+  const std::string r = "rank " + std::to_string(slow);
+  graph::Verdict out;
+  out.kind = "straggler";
+  out.stage = own.stage.empty() ? "" : own.stage + "@" + std::to_string(slow);
+  out.text = r + ": " + own.text + "; its train waited for input " + pct(most) + " of the time (rank " +
+             std::to_string(calm) + ": " + pct(least) + "), and every rank waits for it at each gradient all-reduce";
+  out.suggestion = own.suggestion.empty() ? "" : "on " + r + ": " + own.suggestion;
+  out.notes.push_back("rank 0 alone: " + v.text);
+  out.notes.insert(out.notes.end(), v.notes.begin(), v.notes.end());
+  return out;
+}
+
+void RankStats::publish(const graph::Snapshot& s, bool final) {
+  group_.set((final ? "stats_final/" : "stats/") + std::to_string(group_.rank()), graph::to_json(s));
+}
+
+graph::Snapshot RankStats::merged_latest(const graph::Snapshot& own) {
+  std::vector<graph::Snapshot> by_rank(static_cast<size_t>(group_.size()));
+  by_rank[0] = own;
+  for (int r = 1; r < group_.size(); ++r) {
+    try {
+      if (auto j = group_.try_get("stats/" + std::to_string(r))) by_rank[static_cast<size_t>(r)] = graph::snapshot_from_json(*j);
+    } catch (const std::exception&) {
+      // Not there yet, or the store is going away: show what there is.
+    }
+  }
+  return merge_rank_snapshots(by_rank);
+}
+
+graph::Snapshot RankStats::merged_final(const graph::Snapshot& own, std::chrono::milliseconds timeout,
+                                        std::vector<int>* missing) {
+  std::vector<graph::Snapshot> by_rank(static_cast<size_t>(group_.size()));
+  by_rank[0] = own;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int r = 1; r < group_.size(); ++r) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    try {
+      by_rank[static_cast<size_t>(r)] =
+          graph::snapshot_from_json(group_.get("stats_final/" + std::to_string(r), std::max(left, std::chrono::milliseconds(0))));
+    } catch (const std::exception&) {
+      if (missing) missing->push_back(r);
+    }
+  }
+  return merge_rank_snapshots(by_rank);
+}
+
+}  // namespace pipeline::stages
