@@ -64,8 +64,8 @@ void GradientReducer::before_backward(const torch::Tensor& loss, bool sync) {
 
 std::vector<int64_t> GradientReducer::bucket_sizes() const {
   std::vector<int64_t> out;
-  for (const auto& b : impl_->reducer->get_grad_buckets(/*return_zero_tensors=*/true))
-    out.push_back(b.getBufferRef().numel() * static_cast<int64_t>(b.getBufferRef().element_size()));
+  auto buckets = impl_->reducer->get_grad_buckets(/*return_zero_tensors=*/true);
+  for (auto& b : buckets) out.push_back(b.getBufferRef().numel() * static_cast<int64_t>(b.getBufferRef().element_size()));
   return out;
 }
 
