@@ -145,7 +145,8 @@ std::string RankSession::prefix() const {
 std::string RankSession::explain(const std::string& error) {
   std::string cause = peer_failure();
   if (cause.empty()) cause = dp_.group().diagnose();
-  return cause.empty() ? error : error + "\n  cause: " + cause;
+  // The peer's fate first: what failed here (a collective, in c10d's words) is its consequence.
+  return cause.empty() ? error : cause + "\n  (on this rank: " + error + ")";
 }
 
 void RankSession::finished(const std::string& error, const graph::Snapshot& own) {

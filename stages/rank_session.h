@@ -30,14 +30,17 @@ class RankSession {
   RankSession(const RankSession&) = delete;
   RankSession& operator=(const RankSession&) = delete;
 
-  /// The message for an error that ended this rank's run: the error itself, plus, when a peer is
-  /// to blame, which one (waits a few seconds for the evidence).
+  /// The message for an error that ended this rank's run: when a peer is to blame, which one and
+  /// what happened to it, then the error seen here; else the error (waits a few seconds for the
+  /// evidence).
   std::string explain(const std::string& error);
   /// Records this rank's outcome for the others ("" = cleanly) and, on ranks other than 0,
   /// publishes the final statistics. Call once, after engine.run().
   void finished(const std::string& error, const graph::Snapshot& own);
   /// Rank 0: every rank's final statistics merged with `own` (waits briefly for them).
   graph::Snapshot merged(const graph::Snapshot& own);
+  /// Rank 0: `own` merged with what the others have published so far (never waits).
+  graph::Snapshot merged_now(const graph::Snapshot& own) { return stats_.merged_latest(own); }
   /// A peer's failure reported by the watch, if any.
   std::string peer_failure() const;
   /// Keeps the store alive (rank 0 hosting it) until the others have read what they need.

@@ -64,7 +64,7 @@ graph::Snapshot rank_rows(const graph::Snapshot& merged) {
   for (const auto& st : merged.stages)
     if (st.rank <= 0) out.stages.push_back(st);
   for (const auto& st : merged.stages)
-    if (st.rank > 0 && st.own_thread) {
+    if (st.rank > 0 && st.own_thread && !st.sink) {  // the device path: pin, h2d, train
       out.stages.push_back(st);
       out.stages.back().name += "@" + std::to_string(st.rank);
     }

@@ -4,7 +4,8 @@
 //   - merged: rank 0's stages and queues, then every other rank's stages, each row tagged with its
 //     rank (StageStats::rank). This is what stats_summary.json holds for a data-parallel run.
 //   - rank_rows(merged): what the summary table shows: rank 0's rows, plus one row per other rank
-//     for each device stage (those that own a thread: h2d, train, ...), named "train@1".
+//     for each device stage (those that own a thread and feed another: pin, h2d, train), named
+//     "train@1".
 //   - analyze_ranks(merged): the bottleneck verdict of rank 0, unless one rank holds the others
 //     back: in a data-parallel step every rank waits for the slowest at the all-reduce, so a rank
 //     whose train stage waits for input clearly more than the others' is named, with its own

@@ -149,7 +149,7 @@ class Train : public graph::Stage {
 
     StepResult r;
     r.step = step_;
-    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum;
+    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum * rc_.partition.world;  // all ranks
     r.lr = lr;
     r.cursor = cursor_;
     r.last = step_ >= cfg.training.steps;

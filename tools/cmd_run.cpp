@@ -1,6 +1,7 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
 // stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
 // is one data-parallel rank (stages/data_parallel.h); rank 0 speaks and writes for the run.
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -64,6 +65,19 @@ void print_settings(const stages::RunPlan& plan) {
               << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
 }
 
+// How to continue this run: with several ranks, torchrun with the same number of them.
+std::string resume_command(const stages::RunContext& ctx) {
+  std::string dir = ctx.run_dir.string();
+  if (!ctx.dp) return "pipeline run --resume " + dir;
+  const auto& env = ctx.dp->group().env();
+  std::string ranks = env.world_size == env.local_world_size
+                          ? "--nproc-per-node=" + std::to_string(env.world_size)
+                          : "--nnodes=" + std::to_string(env.world_size / env.local_world_size) +
+                                " --nproc-per-node=" + std::to_string(env.local_world_size) + " ...";
+  return "torchrun " + ranks + " --no-python pipeline run --resume " + dir + " (" + std::to_string(env.world_size) +
+         " ranks, as before)";
+}
+
 int run_main(const std::vector<std::string>& args) {
   auto a = parse_run_args(args, "run");
   auto plan = stages::plan_run(a.req);
@@ -125,10 +139,26 @@ int run_main(const std::vector<std::string>& args) {
   auto snap = engine.snapshot();
   if (rank) {
     rank->finished(failed ? failure : "", snap);
-    if (!ctx.writer()) {
-      if (failed) std::cerr << "pipeline run (" << rank->prefix() << "): error: " << failure << "\n";
-      return failed ? 1 : ctx.dp->stopped_early() == stages::DataParallel::EarlyStop::requested ? 130 : 0;
+    if (failed) {
+      // A failed data-parallel run ends here: tearing c10d down may wait on collectives with a
+      // rank that is gone. Rank 0 shows what it has of every rank's statistics first.
+      if (ctx.writer()) {
+        auto merged = rank->merged_now(snap);
+        std::cout << "\n";
+        graph::print_summary(std::cout, stages::rank_rows(merged), stages::analyze_ranks(merged));
+      }
+      std::cout.flush();
+      std::cerr << "pipeline run (" << rank->prefix() << "): error: " << failure << "\n";
+      std::string last;
+      {
+        std::lock_guard<std::mutex> lock(ctx.mu);
+        last = ctx.checkpoint_written;
+      }
+      if (!last.empty()) std::cerr << "last checkpoint: " << last << " (continue with: " << resume_command(ctx) << ")\n";
+      std::cerr.flush();
+      std::_Exit(1);
     }
+    if (!ctx.writer()) return ctx.dp->stopped_early() == stages::DataParallel::EarlyStop::requested ? 130 : 0;
     snap = rank->merged(snap);
     if (!ctx.run_dir.empty())  // the run's summary holds every rank's stages
       std::ofstream(ctx.run_dir / "stats_summary.json", std::ios::trunc) << graph::to_json(snap) << "\n";
@@ -157,7 +187,7 @@ int run_main(const std::vector<std::string>& args) {
     if (ctx.dp) std::cout << " on all " << ctx.dp->size() << " ranks";
     std::cout << ".";
     if (!ckpt.empty())
-      std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run --resume " << ctx.run_dir.string()
+      std::cout << " Checkpoint " << ckpt << ".\nContinue with: " << resume_command(ctx)
                 << "   (it reads the run's own config.toml, --set overrides included)\n";
     else
       std::cout << " No checkpoint was written.\n";
