@@ -113,6 +113,8 @@ struct Group::Impl {
   std::function<void(const std::string&)> on_failure;
   std::string pending_failure;  // found before a callback was installed
   bool reported = false;
+  std::atomic<bool> aborted{false};  // waits in the store end at once
+  std::string abort_reason;          // under watch_mu
 
   bool check(const std::string& k) { return store->check({k}); }
 
@@ -130,6 +132,10 @@ struct Group::Impl {
       if (auto v = try_get(k)) return v;
       if (auto failed = try_get("failed"); failed && failed->rfind("rank " + std::to_string(env.rank) + " ", 0) != 0)
         throw LaunchError(*failed);
+      if (aborted.load()) {
+        std::lock_guard<std::mutex> lock(watch_mu);
+        throw LaunchError("stopped waiting for \"" + k + "\": " + abort_reason);
+      }
       if (Clock::now() >= deadline) return std::nullopt;
       std::this_thread::sleep_for(nap);
       nap = std::min(nap * 2, milliseconds(50));
@@ -403,7 +409,12 @@ void Group::watch(std::function<void(const std::string&)> on_failure) {
   if (!pending.empty()) impl_->on_failure(pending);
 }
 
-void Group::abort() {
+void Group::abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->watch_mu);
+    impl_->abort_reason = reason;
+  }
+  impl_->aborted.store(true);
   try {
     impl_->pg->abort();  // NCCL: aborts the communicators, so blocked collectives return
   } catch (const std::exception&) {

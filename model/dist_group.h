@@ -86,9 +86,10 @@ class Group {
   /// before it was installed), with a sentence naming a rank that recorded an error or whose
   /// heartbeat stopped for heartbeat_timeout, or saying that the store itself is gone.
   void watch(std::function<void(const std::string&)> on_failure);
-  /// Aborts the collectives in flight (NCCL communicators); a no-op for Gloo, whose collectives
-  /// fail on their own when a peer's connection drops or their timeout passes.
-  void abort();
+  /// Aborts the collectives in flight (NCCL communicators; Gloo's fail on their own when a peer's
+  /// connection drops or their timeout passes) and every wait in the store, which then throws
+  /// LaunchError with `reason`.
+  void abort(const std::string& reason);
   /// Records how this rank ends ("" = cleanly, else the error) for the others' messages.
   void record_exit(const std::string& error);
   /// After a collective failed: a sentence naming the rank(s) at fault (their exit records, or

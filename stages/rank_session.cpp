@@ -129,7 +129,7 @@ void RankSession::abort_soon(const std::string& why) {
   std::fprintf(stderr, "pipeline run (%s): %s; stopping\n", prefix().c_str(), why.c_str());
   std::fflush(stderr);
   engine_.abort();
-  dp_.group().abort();
+  dp_.group().abort(why);
   arm_abort(1);
 }
 
