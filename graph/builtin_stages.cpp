@@ -1,6 +1,8 @@
 // Built-in stage types: `delay` and `spin` (pass-through stages that cost a configured time
 // per item, to reproduce the benchmarks and see how a pipeline reacts to a slow stage), and
 // synthetic `test_*` stages (an integer source and sinks) for tests, benchmarks and demos.
+// `delay` and `test_sink` are timed stages: their wait holds the item on the engine's timer,
+// not a thread, so eight delay workers cost no CPU and occupy no core.
 #include <chrono>
 #include <random>
 #include <stdexcept>
@@ -29,7 +31,7 @@ class Delay : public Stage {
       std::mt19937_64 rng(static_cast<uint64_t>(seed_) * 0x9E3779B97F4A7C15ull + in.seq());
       ms += std::uniform_real_distribution<double>(0, jitter_)(rng);
     }
-    if (ms > 0) std::this_thread::sleep_for(to_ns(ms));
+    if (ms > 0) out.hold_for(to_ns(ms));
     out.emit_item(std::move(in));
   }
 
@@ -72,8 +74,8 @@ class TestSource : public Stage {
 class TestSink : public Stage {
  public:
   explicit TestSink(const StageContext& ctx) : ms_(ctx.options.get_float("ms")) {}
-  void process(Item, Emitter&) override {
-    if (ms_ > 0) std::this_thread::sleep_for(to_ns(ms_));
+  void process(Item, Emitter& out) override {
+    if (ms_ > 0) out.hold_for(to_ns(ms_));
   }
 
  private:
@@ -101,13 +103,14 @@ class TestOrderedSink : public Stage {
 void register_builtin_stages() {
   register_builtin_type(StageType{
       .name = "delay",
-      .doc = "passes items through, sleeping `ms` (+ up to `jitter_ms`) per item: a slow stage that uses no CPU",
+      .doc = "passes items through after `ms` (+ up to `jitter_ms`) per item: a slow stage that uses no CPU",
       .input = any_port(),
       .output = any_port(),
       .options = config::Schema("delay")
-                     .floating("ms", 1.0, "milliseconds slept per item", 0.0, 1e6)
-                     .floating("jitter_ms", 0.0, "extra random sleep in [0, jitter_ms) per item", 0.0, 1e6)
+                     .floating("ms", 1.0, "milliseconds each item is held", 0.0, 1e6)
+                     .floating("jitter_ms", 0.0, "extra random hold in [0, jitter_ms) per item", 0.0, 1e6)
                      .integer("seed", 0, "jitter seed"),
+      .timed = true,
       .factory = make_factory<Delay>()});
   register_builtin_type(StageType{
       .name = "spin",
@@ -124,15 +127,16 @@ void register_builtin_stages() {
       .options = config::Schema("test_source")
                      .integer("count", 1000, "how many integers", 0)
                      .integer("start", 0, "first integer")
-                     .floating("ms", 0.0, "milliseconds slept before each item", 0.0, 1e6),
+                     .floating("ms", 0.0, "milliseconds slept before each item (on the arena thread: a slow source)", 0.0, 1e6),
       .max_workers = 1,
       .factory = make_factory<TestSource>()});
   register_builtin_type(StageType{
       .name = "test_sink",
-      .doc = "synthetic sink: drops every item, sleeping `ms` per item",
+      .doc = "synthetic sink: drops every item, after holding it `ms`",
       .input = any_port(),
       .output = no_port(),
-      .options = config::Schema("test_sink").floating("ms", 0.0, "milliseconds slept per item", 0.0, 1e6),
+      .options = config::Schema("test_sink").floating("ms", 0.0, "milliseconds each item is held", 0.0, 1e6),
+      .timed = true,
       .factory = make_factory<TestSink>()});
   register_builtin_type(StageType{
       .name = "test_ordered_sink",

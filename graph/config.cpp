@@ -63,6 +63,14 @@ Schema& Schema::integer(std::string key, std::optional<int64_t> def, std::string
   return *this;
 }
 
+Schema& Schema::integer_or_auto(std::string key, Value def, std::string doc, std::optional<double> min,
+                               std::optional<double> max) {
+  OptionSpec s{std::move(key), ValueType::integer, std::move(def), min, max, {}, std::move(doc)};
+  s.allow_auto = true;
+  options_.push_back(std::move(s));
+  return *this;
+}
+
 Schema& Schema::floating(std::string key, std::optional<double> def, std::string doc, std::optional<double> min,
                          std::optional<double> max) {
   OptionSpec s{std::move(key), ValueType::floating, {}, min, max, {}, std::move(doc)};
@@ -124,6 +132,13 @@ int64_t Section::get_int(const std::string& key) const {
   const auto& v = at(key).first;
   if (auto p = std::get_if<int64_t>(&v)) return *p;
   throw error(key, "is not an integer");
+}
+
+std::optional<int64_t> Section::get_int_or_auto(const std::string& key) const {
+  const auto& v = at(key).first;
+  if (auto p = std::get_if<int64_t>(&v)) return *p;
+  if (auto p = std::get_if<std::string>(&v); p && *p == "auto") return std::nullopt;
+  throw error(key, "is not an integer or \"auto\"");
 }
 
 double Section::get_float(const std::string& key) const {
@@ -228,40 +243,54 @@ std::string describe_node(const toml::node& n) {
   }
 }
 
-// Converts a TOML node to the schema's type, or returns an explanation of what was wrong.
-std::optional<Value> convert(const toml::node& n, const OptionSpec& spec, std::string& why) {
+std::string expected_type(const OptionSpec& spec) {
+  if (spec.allow_auto) return "an integer or \"auto\"";
+  return value_type_name(spec.type);
+}
+
+// The value in the option's type (see check_value), or why not; `got` describes the value.
+std::optional<Value> coerce(const OptionSpec& spec, const Value& v, const std::string& got, std::string& why) {
   switch (spec.type) {
     case ValueType::integer:
-      if (auto v = n.value_exact<int64_t>()) return Value{*v};
+      if (std::holds_alternative<int64_t>(v)) return v;
+      if (auto p = std::get_if<std::string>(&v); p && spec.allow_auto && *p == "auto") return v;
       break;
     case ValueType::floating:
-      if (auto v = n.value_exact<double>()) return Value{*v};
-      if (auto v = n.value_exact<int64_t>()) return Value{static_cast<double>(*v)};
+      if (std::holds_alternative<double>(v)) return v;
+      if (auto p = std::get_if<int64_t>(&v)) return Value{static_cast<double>(*p)};
       break;
     case ValueType::boolean:
-      if (auto v = n.value_exact<bool>()) return Value{*v};
+      if (std::holds_alternative<bool>(v)) return v;
       break;
     case ValueType::string:
-      if (auto v = n.value_exact<std::string>()) return Value{*v};
+      if (std::holds_alternative<std::string>(v)) return v;
       break;
     case ValueType::string_list:
-      if (auto v = n.value_exact<std::string>()) return Value{std::vector<std::string>{*v}};
-      if (auto arr = n.as_array()) {
-        std::vector<std::string> out;
-        for (const auto& e : *arr) {
-          auto s = e.value_exact<std::string>();
-          if (!s) {
-            why = "expected a list of strings, but an element is " + describe_node(e);
-            return std::nullopt;
-          }
-          out.push_back(*s);
-        }
-        return Value{std::move(out)};
-      }
+      if (auto p = std::get_if<std::string>(&v)) return Value{std::vector<std::string>{*p}};
+      if (std::holds_alternative<std::vector<std::string>>(v)) return v;
       break;
   }
-  why = std::string("expected ") + value_type_name(spec.type) + ", got " + describe_node(n);
+  why = "expected " + expected_type(spec) + ", got " + got;
   return std::nullopt;
+}
+
+std::optional<Value> raw_value(const toml::node& n);
+
+// Converts a TOML node to the schema's type, or returns an explanation of what was wrong.
+std::optional<Value> convert(const toml::node& n, const OptionSpec& spec, std::string& why) {
+  auto raw = raw_value(n);
+  if (!raw) {
+    if (auto arr = n.as_array(); arr && spec.type == ValueType::string_list) {
+      for (const auto& e : *arr)
+        if (!e.value_exact<std::string>()) {
+          why = "expected a list of strings, but an element is " + describe_node(e);
+          return std::nullopt;
+        }
+    }
+    why = "expected " + expected_type(spec) + ", got " + describe_node(n);
+    return std::nullopt;
+  }
+  return coerce(spec, *raw, describe_node(n), why);
 }
 
 std::string check_range(const Value& v, const OptionSpec& spec) {
@@ -292,6 +321,18 @@ std::string check_range(const Value& v, const OptionSpec& spec) {
   if (spec.max && x > *spec.max) return "expected a value <= " + fmt(*spec.max) + ", got " + value_to_string(v);
   return {};
 }
+
+}  // namespace
+
+std::optional<Value> check_value(const OptionSpec& spec, const Value& v, std::string& why) {
+  auto out = coerce(spec, v, value_to_string(v), why);
+  if (!out) return out;
+  why = check_range(*out, spec);
+  if (!why.empty()) return std::nullopt;
+  return out;
+}
+
+namespace {
 
 std::string known_keys(const Schema& schema) {
   std::string out;

@@ -43,7 +43,14 @@ struct OptionSpec {
   std::optional<double> min, max;       // numeric ranges, inclusive
   std::vector<std::string> choices;     // allowed strings, when not empty
   std::string doc;
+  bool allow_auto = false;              // integers: the string "auto" is accepted too
 };
+
+/// Checks one value against its option the way a value in a config file is checked (the one
+/// validation path for files, --set and values set from code): the type (an integer widens
+/// to a float, a string to a one-item list, "auto" where allowed), the range and the choices.
+/// Returns the value as stored, or nullopt with `why` saying what was expected.
+std::optional<Value> check_value(const OptionSpec& spec, const Value& v, std::string& why);
 
 /// The keys one section accepts. Example:
 ///   Schema s("model");
@@ -59,6 +66,9 @@ class Schema {
   Schema& string(std::string key, std::optional<std::string> def, std::string doc,
                  std::vector<std::string> choices = {});
   Schema& string_list(std::string key, std::optional<std::vector<std::string>> def, std::string doc);
+  /// An integer that may also be "auto" (the engine decides); `def` is an integer or "auto".
+  Schema& integer_or_auto(std::string key, Value def, std::string doc, std::optional<double> min = std::nullopt,
+                          std::optional<double> max = std::nullopt);
   /// Appends every key of `other` (e.g. the common stage keys plus a stage type's own).
   Schema& extend(const Schema& other);
 
@@ -79,6 +89,8 @@ class Section {
 
   const std::string& name() const { return name_; }
   int64_t get_int(const std::string& key) const;
+  /// An integer_or_auto key: the integer, or nullopt for "auto".
+  std::optional<int64_t> get_int_or_auto(const std::string& key) const;
   double get_float(const std::string& key) const;  // integers are accepted for float keys
   bool get_bool(const std::string& key) const;
   const std::string& get_string(const std::string& key) const;

@@ -34,8 +34,8 @@ struct StageSpec {
   std::string name;
   std::string type;
   std::vector<std::string> inputs;  // empty: a source
-  int workers = 1;
-  int capacity = 8;  // capacity of this stage's input queue
+  int workers = 1;   // concurrency (0: "auto": as many as the arena has, tuned)
+  int capacity = 8;  // capacity of each of this stage's input edges (0: "auto", tuned)
   /// Options set from code, checked against the type's schema (defaults filled in, unknown
   /// keys rejected) when the engine is built. Ignored when `resolved` is set.
   std::map<std::string, config::Value> values;
@@ -91,8 +91,19 @@ struct EngineOptions {
   std::filesystem::path run_dir = {};               // empty: write no files
   bool trace = true;                                // trace.json in run_dir (needs stats)
   size_t trace_events_per_worker = 20000;           // trace cap: later items are not recorded
-  /// After stop(): how long in-flight items may take to drain before the engine aborts.
-  std::chrono::milliseconds stop_grace{10000};
+  /// After stop(): how long in-flight items may take to drain before the engine aborts
+  /// (0: no limit; the drain always ends, and a second stop() aborts at once).
+  std::chrono::milliseconds stop_grace{0};
+  /// Threads of the task arena the CPU stages share (0: as many as the machine has cores).
+  int threads = 0;
+  /// The steady-state window the verdict judges: the last this many seconds, once every stage runs.
+  std::chrono::milliseconds steady_window{10000};
+  /// Let the engine move every CPU stage's workers and every edge's capacity toward the
+  /// bottleneck while the graph runs (stages and edges set to "auto" are moved anyway).
+  bool autotune = false;
+  /// Let sources send several cheap items per message while every stage is cheap (an item
+  /// costs well under 20 µs everywhere); capacities still count items.
+  bool batch = true;
 };
 
 class EngineImpl;
@@ -118,6 +129,10 @@ class Engine {
 
   /// Current stats (thread-safe; cheap: reads relaxed counters and the sampler's histograms).
   Snapshot snapshot() const;
+  /// After run(): the final snapshot, with the final verdict; before, the current stats.
+  Snapshot final_snapshot() const;
+  /// Verdict changes and autotune decisions so far.
+  std::vector<Event> events() const;
   /// Called from the engine's monitor thread every report_interval and once at the end with
   /// the final snapshot. Add before run().
   void add_observer(std::function<void(const Snapshot&)> fn);

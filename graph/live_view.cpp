@@ -27,7 +27,7 @@ void LiveView::set_status(std::string line) {
 }
 
 std::string LiveView::render(const Snapshot& s, bool tty) const {
-  Verdict v = analyze(s);
+  Verdict v = s.verdict.kind.empty() ? analyze(s) : s.verdict;
   std::string status;
   {
     std::lock_guard lock(mu_);
@@ -84,10 +84,31 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
     os << buf;
   }
   os << (v.stage.empty() ? "" : red) << "bottleneck: " << v.text << (v.stage.empty() ? "" : reset) << "\n";
+  {
+    std::lock_guard lock(mu_);
+    for (const auto& e : recent_) {
+      std::snprintf(buf, sizeof buf, "%7.1f s  ", e.t_s);
+      os << buf << e.kind << ": " << e.text << "\n";
+    }
+  }
   return os.str();
 }
 
 void LiveView::on_snapshot(const Snapshot& s) {
+  if (!s.events.empty()) {
+    std::lock_guard lock(mu_);
+    for (const auto& e : s.events) recent_.push_back(e);
+    while (recent_.size() > 4) recent_.erase(recent_.begin());
+  }
+  if (!tty_ && opts_.mode != LiveViewOptions::Mode::off) {
+    // In a log every event is a line of its own, when it happens.
+    for (const auto& e : s.events) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "[%6.1fs] ", e.t_s);
+      os_ << buf << e.kind << ": " << e.text << "\n";
+    }
+    os_ << std::flush;
+  }
   if (!tty_ && !s.finished && s.t_s - last_line_t_ < opts_.line_interval_s) return;  // not due: skip the render
   std::string text = render(s, tty_);
   if (tty_) {

@@ -6,6 +6,7 @@
 #include <iosfwd>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "graph/engine.h"
 
@@ -39,6 +40,7 @@ class LiveView {
   double last_line_t_ = -1e300;
   mutable std::mutex mu_;
   std::string status_;
+  std::vector<Event> recent_;  // the last few events, shown under the table on a terminal
 };
 
 }  // namespace pipeline::graph

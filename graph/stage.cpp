@@ -35,37 +35,40 @@ ResourcePool::ResourcePool(int size) : size_(size), out_(static_cast<size_t>(std
   for (int i = size - 1; i >= 0; --i) free_.push_back(i);
 }
 
-int ResourcePool::acquire() {
-  std::unique_lock lock(mu_);
-  freed_.wait(lock, [&] { return !free_.empty(); });
+int ResourcePool::take_locked() {
   int i = free_.back();
   free_.pop_back();
   out_[static_cast<size_t>(i)] = true;
   return i;
+}
+
+int ResourcePool::acquire() {
+  std::lock_guard lock(mu_);
+  if (gate_.reserved && !gate_.reserved())
+    throw std::logic_error("ResourcePool::acquire: no reservation left: called twice for one input (use try_acquire "
+                           "for more) or outside the owning stage's process()");
+  if (free_.empty())
+    throw std::logic_error("ResourcePool::acquire: all " + std::to_string(size_) + " resources are in use");
+  return take_locked();
 }
 
 std::optional<int> ResourcePool::try_acquire() {
   std::lock_guard lock(mu_);
   if (free_.empty()) return std::nullopt;
-  int i = free_.back();
-  free_.pop_back();
-  out_[static_cast<size_t>(i)] = true;
-  return i;
+  if (gate_.extra && !gate_.extra()) return std::nullopt;
+  return take_locked();
 }
 
 void ResourcePool::release(int index) {
-  std::function<void()> hook;
-  {
-    std::lock_guard lock(mu_);
-    if (index < 0 || index >= size_ || !out_[static_cast<size_t>(index)])
-      throw std::logic_error("ResourcePool::release(" + std::to_string(index) + "): not handed out (size " +
-                             std::to_string(size_) + ")");
-    out_[static_cast<size_t>(index)] = false;
-    free_.push_back(index);
-    hook = on_release_;
-  }
-  freed_.notify_one();
-  if (hook) hook();
+  std::lock_guard lock(mu_);
+  if (index < 0 || index >= size_ || !out_[static_cast<size_t>(index)])
+    throw std::logic_error("ResourcePool::release(" + std::to_string(index) + "): not handed out (size " +
+                           std::to_string(size_) + ")");
+  out_[static_cast<size_t>(index)] = false;
+  free_.push_back(index);
+  // Under the lock, so that set_gate() at the end of a run waits for a release in progress on
+  // another thread (a CUDA callback) instead of racing with the engine's teardown.
+  if (gate_.released) gate_.released();
 }
 
 int ResourcePool::free_count() const {
@@ -73,9 +76,9 @@ int ResourcePool::free_count() const {
   return static_cast<int>(free_.size());
 }
 
-void ResourcePool::set_on_release(std::function<void()> fn) {
+void ResourcePool::set_gate(Gate gate) {
   std::lock_guard lock(mu_);
-  on_release_ = std::move(fn);
+  gate_ = std::move(gate);
 }
 
 std::string Item::type_name_of_index(std::type_index t) { return type_name_of(t); }
@@ -138,8 +141,8 @@ const config::Schema& common_stage_schema() {
     config::Schema s("stage");
     s.string("type", std::nullopt, "registered stage type (see `pipeline stages`)")
         .string_list("input", std::vector<std::string>{}, "stage(s) feeding this one; absent for a source")
-        .integer("workers", 1, "concurrent workers (own-thread stages: 1)", 1, 1024)
-        .integer("capacity", 8, "capacity of this stage's input queue, in items", 1, 100000);
+        .integer_or_auto("workers", int64_t{1}, "concurrent workers, or \"auto\": as many as the machine has cores (own-thread stages: 1)", 1, 1024)
+        .integer_or_auto("capacity", int64_t{8}, "items each input edge of this stage holds at most, or \"auto\": tuned while the run goes", 1, 100000);
     return s;
   }();
   return schema;

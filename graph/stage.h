@@ -18,7 +18,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -121,23 +120,28 @@ class Item {
   uint64_t seq_ = 0;
 };
 
-class EmitterImpl;  // engine-side
+class Invocation;  // engine-side: one call of produce(), process() or finalize()
 
-/// Where a stage's outputs go. emit() blocks while any consumer's input queue is full (that is
-/// how back-pressure reaches producers); it throws graph::Cancelled when the graph is failing
-/// or aborted, which the stage should let propagate.
+/// Where a stage's outputs go. emit() never blocks: the engine admitted this input only because
+/// every output edge had room for its first output (see the README on bounds), and it holds
+/// the stage's further inputs back until the edges drain. Items go to every consumer whose
+/// routing filter accepts them, in emission order.
 class Emitter {
  public:
-  explicit Emitter(EmitterImpl* impl, int worker) : impl_(impl), worker_(worker) {}
+  explicit Emitter(Invocation* impl, int worker) : impl_(impl), worker_(worker) {}
   template <class T>
   void emit(T value) {
     emit_item(Item::make(std::move(value)));
   }
   void emit_item(Item item);
-  /// Index of the calling worker in [0, workers): per-worker scratch space in stages.
+  /// Index of the calling worker in [0, workers): per-worker scratch space in stages. No two
+  /// calls running at the same time share an index.
   int worker() const { return worker_; }
   /// True once stop() was requested: sources return false from produce() when they see it.
   bool stop_requested() const;
+  /// Timed stages only (StageType::timed): complete this invocation `d` from now, without
+  /// holding a thread; its outputs leave then. The stats count the held time as busy.
+  void hold_for(std::chrono::nanoseconds d);
   /// This invocation spent `d` waiting for the device (a CUDA event): the stats count it as
   /// `device wait`, not as busy time.
   void add_device_wait(std::chrono::nanoseconds d);
@@ -147,12 +151,12 @@ class Emitter {
   void add_device_busy(const std::string& stage, std::chrono::nanoseconds d);
 
  private:
-  EmitterImpl* impl_;
+  Invocation* impl_;
   int worker_;
 };
 
-/// Thrown from Emitter::emit_item (and by the engine's queues) once the graph is failing or
-/// aborted; stages must not swallow it.
+/// Thrown by the engine into a stage that calls it after the run failed or was aborted;
+/// stages must not swallow it.
 class Cancelled : public std::runtime_error {
  public:
   Cancelled() : std::runtime_error("graph cancelled") {}
@@ -184,25 +188,32 @@ class ResourcePool {
   ResourcePool(const ResourcePool&) = delete;
   ResourcePool& operator=(const ResourcePool&) = delete;
   int size() const { return size_; }
-  /// Takes the resource reserved for the current invocation (one per admitted input). Throws
-  /// std::logic_error when called twice in one invocation without try_acquire's fallback.
+  /// Takes the resource the engine reserved for the current input (inside the owning stage's
+  /// process()). Throws std::logic_error when there is none: called twice for one input (use
+  /// try_acquire for more) or outside the stage.
   int acquire();
-  /// Takes another free resource if there is one now (never waits).
+  /// Takes another resource if one is free now and not reserved for another input; never waits.
   std::optional<int> try_acquire();
   /// Gives a resource back. Never blocks; any thread.
   void release(int index);
   int free_count() const;
 
-  /// Engine side: called once per release, after the resource is free again.
-  void set_on_release(std::function<void()> fn);
+  /// Engine side: how the engine counts this pool's resources. Without a gate (a stage used
+  /// outside an engine) acquire() takes any free resource.
+  struct Gate {
+    std::function<bool()> reserved;  // the current invocation's reservation, used now (false: none)
+    std::function<bool()> extra;     // one more credit from the gate (false: none free)
+    std::function<void()> released;  // a resource came back
+  };
+  void set_gate(Gate gate);
 
  private:
+  int take_locked();
   int size_;
   mutable std::mutex mu_;
-  std::condition_variable freed_;
   std::vector<int> free_;
   std::vector<bool> out_;  // per index: handed out
-  std::function<void()> on_release_;
+  Gate gate_;
 };
 
 /// Base class of every stage instance. One instance per stage; with workers > 1, process() is
@@ -243,6 +254,7 @@ struct StageType {
   bool own_thread = false;  // runs on a dedicated std::thread (device work); workers must be 1
   bool ordered = false;     // needs its input in sequence order (the engine guarantees it)
   int max_workers = 0;      // 0 = no limit; 1 for stateful stages such as pack
+  bool timed = false;       // process() may call Emitter::hold_for (delay): held on a timer, not a thread
   OnStop on_stop = OnStop::finish;
   /// Routing filter: which of its producer's items this stage wants (null: all). An item a
   /// consumer does not want never enters its queue, so a consumer that only acts on some items

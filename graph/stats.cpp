@@ -1,32 +1,10 @@
-// Bottleneck analysis, the summary table, the JSON form of snapshots and the occupancy chart.
-//
-// THE BOTTLENECK RULE. In a pipeline of bounded queues the slowest stage is the one that is
-// busy all the time: everything upstream of it fills its input queue and then blocks, and
-// everything downstream drains and then starves. So:
-//   1. For each stage, busy share = time its workers spent neither waiting for input (starved)
-//      nor waiting on a full output queue or their ordering turn (blocked), over its workers'
-//      wall time. (Sleeping or waiting on a device inside process() counts as busy: that is
-//      the stage's own cost.)
-//   2. The bottleneck is the stage with the highest busy share, if it is at least 80%
-//      (ties: the one whose input queue is full more often). Its supporting numbers are its
-//      busy share and workers, how often its input queue was full, and how long the most
-//      starved of its consumers waited for input.
-//   3. A source bottleneck reads "limited by source X"; a stage with no consumers, "limited
-//      by sink X". When no stage reaches 80%, queues that are empty most of the time mean the
-//      pipeline is limited by its source(s) (work arrives slower than the stages could take
-//      it); otherwise by its sink(s).
-//   4. Suggestion: more workers (double them) for a stage that may have several; for an
-//      own-thread or single-worker stage, a faster stage type or less work per item. A note
-//      is added for any edge whose producer is often blocked while its consumer is often
-//      starved (bursty): a larger queue smooths it.
+// Run statistics as data: the JSON form of snapshots and events (stats.jsonl lines,
+// stats_summary.json) and reading a run directory back. The verdict is in verdict.cpp, the
+// table and chart in report.cpp.
 #include "graph/stats.h"
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <iomanip>
-#include <ostream>
 #include <sstream>
 #include <stdexcept>
 
@@ -46,100 +24,66 @@ const QueueStats* Snapshot::queue_of(const std::string& consumer) const {
   return nullptr;
 }
 
-namespace {
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x);
-  return buf;
+StageSpan StageStats::whole_run() const {
+  StageSpan w;
+  w.seconds = wall_s;
+  if (wall_s <= 0) return w;
+  const double worker_s = wall_s * workers;
+  w.busy = busy_s / worker_s;
+  w.starved = starved_s / worker_s;
+  w.blocked = blocked_s / worker_s;
+  w.order_wait = order_wait_s / worker_s;
+  w.ready = ready_s / worker_s;
+  w.in_per_s = static_cast<double>(items_in) / wall_s;
+  w.out_per_s = static_cast<double>(items_out) / wall_s;
+  w.cpu_cores = cpu_s / wall_s;
+  uint64_t items = source ? items_out : items_in;
+  w.cpu_ms_per_item = items ? 1000 * cpu_s / static_cast<double>(items) : 0;
+  w.capacity_per_s = busy_s > 0 ? static_cast<double>(items) / busy_s * workers : 0;
+  return w;
 }
 
-std::string fmt(double x, int prec = 1) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, x);
-  return buf;
+namespace {
+
+void span_json(std::ostream& os, const StageSpan& w) {
+  os << "{\"seconds\":" << w.seconds << ",\"busy\":" << w.busy << ",\"starved\":" << w.starved
+     << ",\"blocked\":" << w.blocked << ",\"order_wait\":" << w.order_wait << ",\"ready\":" << w.ready
+     << ",\"in_per_s\":" << w.in_per_s << ",\"out_per_s\":" << w.out_per_s << ",\"cpu_cores\":" << w.cpu_cores
+     << ",\"cpu_ms_per_item\":" << w.cpu_ms_per_item << ",\"capacity_per_s\":" << w.capacity_per_s << "}";
+}
+
+StageSpan span_from_json(const JsonValue* x) {
+  StageSpan w;
+  if (!x) return w;
+  w.seconds = x->number("seconds");
+  w.busy = x->number("busy");
+  w.starved = x->number("starved");
+  w.blocked = x->number("blocked");
+  w.order_wait = x->number("order_wait");
+  w.ready = x->number("ready");
+  w.in_per_s = x->number("in_per_s");
+  w.out_per_s = x->number("out_per_s");
+  w.cpu_cores = x->number("cpu_cores");
+  w.cpu_ms_per_item = x->number("cpu_ms_per_item");
+  w.capacity_per_s = x->number("capacity_per_s");
+  return w;
+}
+
+void verdict_json(std::ostream& os, const Verdict& v) {
+  os << "{\"stage\":" << json_quote(v.stage) << ",\"kind\":" << json_quote(v.kind) << ",\"text\":" << json_quote(v.text)
+     << ",\"suggestion\":" << json_quote(v.suggestion) << ",\"span\":" << json_quote(v.span) << ",\"notes\":[";
+  for (size_t j = 0; j < v.notes.size(); ++j) os << (j ? "," : "") << json_quote(v.notes[j]);
+  os << "]}";
 }
 
 }  // namespace
-
-Verdict analyze(const Snapshot& s, double saturated) {
-  Verdict v;
-  const StageStats* best = nullptr;
-  auto full_of = [&](const StageStats& st) {
-    const QueueStats* q = s.queue_of(st.name);
-    return q ? q->full : 0.0;
-  };
-  for (const auto& st : s.stages) {
-    if (st.wall_s <= 0) continue;
-    if (!best || st.busy() > best->busy() + 1e-9 ||
-        (std::abs(st.busy() - best->busy()) <= 1e-9 && full_of(st) > full_of(*best)))
-      best = &st;
-  }
-  // Edges that alternate between blocked producers and starved consumers want more slack.
-  for (const auto& q : s.queues) {
-    const StageStats* c = s.stage(q.consumer);
-    for (const auto& pn : q.producers) {
-      const StageStats* p = s.stage(pn);
-      if (p && c && p->blocked() > 0.2 && c->starved() > 0.2)
-        v.notes.push_back("edge " + pn + " -> " + q.consumer + " is bursty: " + pn + " blocked " + pct(p->blocked()) +
-                          " while " + q.consumer + " starved " + pct(c->starved()) + "; try a larger queue (capacity = " +
-                          std::to_string(q.capacity * 2) + ")");
-    }
-  }
-  if (!best) {
-    v.kind = "none";
-    v.text = "no data yet";
-    return v;
-  }
-  if (best->busy() < saturated) {
-    double empty = 0, full = 0;
-    for (const auto& q : s.queues) empty += q.empty, full += q.full;
-    size_t n = std::max<size_t>(1, s.queues.size());
-    v.kind = "none";
-    std::string busiest = "busiest stage " + best->name + " at " + pct(best->busy());
-    if (empty / n >= full / n) {
-      v.kind = "source";
-      v.text = "no stage is saturated (" + busiest + "); queues are empty " + pct(empty / n) +
-               " of the time on average: the pipeline is limited by its source(s)";
-      v.suggestion = "feed it faster: a faster source or more source workers; the stages have spare capacity";
-    } else {
-      v.kind = "sink";
-      v.text = "no stage is saturated (" + busiest + "); queues are full " + pct(full / n) +
-               " of the time on average: the pipeline is limited by its sink(s)";
-      v.suggestion = "speed up the final stage(s)";
-    }
-    return v;
-  }
-  v.stage = best->name;
-  v.kind = best->source ? "source" : best->sink ? "sink" : "stage";
-  std::string text = best->name + ": busy " + pct(best->busy()) + " with " + std::to_string(best->workers) +
-                     (best->workers == 1 ? " worker" : " workers");
-  if (const QueueStats* q = s.queue_of(best->name))
-    text += "; its input queue full " + pct(q->full) + " of the time";
-  const StageStats* hungriest = nullptr;
-  for (const auto& q : s.queues) {
-    if (std::find(q.producers.begin(), q.producers.end(), best->name) == q.producers.end()) continue;
-    const StageStats* c = s.stage(q.consumer);
-    if (c && (!hungriest || c->starved() > hungriest->starved())) hungriest = c;
-  }
-  if (hungriest) text += "; " + hungriest->name + " waited for input " + pct(hungriest->starved()) + " of the time";
-  if (v.kind == "source") text = "limited by source " + text;
-  if (v.kind == "sink") text = "limited by sink " + text;
-  v.text = text;
-  if (best->own_thread)
-    v.suggestion = "it owns a thread, so more workers are not an option: try a faster " + best->name +
-                   " stage type or less work per item";
-  else
-    v.suggestion = "try more " + best->name + " workers (workers = " + std::to_string(best->workers * 2) +
-                   ") or a faster stage type";
-  return v;
-}
 
 std::string to_json(const Snapshot& s, const Verdict* v) {
   std::ostringstream os;
   os << std::setprecision(6);
   os << "{\"t\":" << s.t_s << ",\"finished\":" << (s.finished ? "true" : "false") << ",\"status\":" << json_quote(s.status)
-     << ",\"stages\":[";
+     << ",\"steady_from\":" << s.steady_from_s << ",\"cores\":" << s.cores << ",\"cpu_cores\":" << s.cpu_cores
+     << ",\"process_cores\":" << s.process_cores << ",\"stages\":[";
   for (size_t i = 0; i < s.stages.size(); ++i) {
     const auto& x = s.stages[i];
     os << (i ? "," : "") << "{\"name\":" << json_quote(x.name) << ",\"type\":" << json_quote(x.type)
@@ -147,9 +91,12 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"sink\":" << (x.sink ? "true" : "false") << ",\"own_thread\":" << (x.own_thread ? "true" : "false")
        << ",\"items_in\":" << x.items_in << ",\"items_out\":" << x.items_out << ",\"discarded\":" << x.discarded
        << ",\"busy_s\":" << x.busy_s << ",\"starved_s\":" << x.starved_s << ",\"blocked_s\":" << x.blocked_s
+       << ",\"order_wait_s\":" << x.order_wait_s << ",\"ready_s\":" << x.ready_s << ",\"cpu_s\":" << x.cpu_s
        << ",\"wall_s\":" << x.wall_s << ",\"device_wait_s\":" << x.device_wait_s
        << ",\"device_busy_s\":" << x.device_busy_s << ",\"window_items_per_s\":" << x.window_items_per_s
-       << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s();
+       << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
+       << ",\"steady\":";
+    span_json(os, x.steady);
     if (x.rank >= 0) os << ",\"rank\":" << x.rank;
     os << "}";
   }
@@ -161,16 +108,23 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
     os << "],\"capacity\":" << q.capacity << ",\"current\":" << q.current << ",\"high_water\":" << q.high_water
        << ",\"samples\":" << q.samples << ",\"mean\":" << q.mean << ",\"p50\":" << q.p50 << ",\"p95\":" << q.p95
        << ",\"max\":" << q.max_sampled << ",\"full\":" << q.full << ",\"empty\":" << q.empty
-       << ",\"window_mean\":" << q.window_mean << "}";
+       << ",\"window_mean\":" << q.window_mean << ",\"steady_mean\":" << q.steady_mean
+       << ",\"steady_full\":" << q.steady_full << ",\"steady_empty\":" << q.steady_empty << "}";
   }
   os << "]";
-  if (v) {
-    os << ",\"verdict\":{\"stage\":" << json_quote(v->stage) << ",\"kind\":" << json_quote(v->kind)
-       << ",\"text\":" << json_quote(v->text) << ",\"suggestion\":" << json_quote(v->suggestion) << ",\"notes\":[";
-    for (size_t j = 0; j < v->notes.size(); ++j) os << (j ? "," : "") << json_quote(v->notes[j]);
-    os << "]}";
+  const Verdict* verdict = v ? v : (s.verdict.kind.empty() ? nullptr : &s.verdict);
+  if (verdict) {
+    os << ",\"verdict\":";
+    verdict_json(os, *verdict);
   }
   os << "}";
+  return os.str();
+}
+
+std::string to_json(const Event& e) {
+  std::ostringstream os;
+  os << std::setprecision(6) << "{\"event\":" << json_quote(e.kind) << ",\"t\":" << e.t_s
+     << ",\"text\":" << json_quote(e.text) << "}";
   return os.str();
 }
 
@@ -182,10 +136,15 @@ Snapshot snapshot_from_json(const std::string& text) {
     throw std::runtime_error(std::string("stats JSON: ") + e.what());
   }
   if (root.type != JsonValue::Type::object) throw std::runtime_error("stats JSON: expected an object");
+  if (root.find("event")) throw std::runtime_error("stats JSON: an event line, not a snapshot");
   Snapshot s;
   s.t_s = root.number("t");
   s.finished = root.flag("finished");
   s.status = root.string("status");
+  s.steady_from_s = root.number("steady_from", -1);
+  s.cores = static_cast<int>(root.number("cores"));
+  s.cpu_cores = root.number("cpu_cores");
+  s.process_cores = root.number("process_cores");
   for (const auto& x : root.array("stages")) {
     StageStats st;
     st.name = x.string("name");
@@ -200,12 +159,16 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.busy_s = x.number("busy_s");
     st.starved_s = x.number("starved_s");
     st.blocked_s = x.number("blocked_s");
+    st.order_wait_s = x.number("order_wait_s");
+    st.ready_s = x.number("ready_s");
+    st.cpu_s = x.number("cpu_s");
     st.wall_s = x.number("wall_s");
     st.device_wait_s = x.number("device_wait_s");
     st.device_busy_s = x.number("device_busy_s");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
     st.rank = static_cast<int>(x.number("rank", -1));
+    st.steady = span_from_json(x.find("steady"));
     s.stages.push_back(std::move(st));
   }
   for (const auto& x : root.array("queues")) {
@@ -223,40 +186,24 @@ Snapshot snapshot_from_json(const std::string& text) {
     q.full = x.number("full");
     q.empty = x.number("empty");
     q.window_mean = x.number("window_mean");
+    q.steady_mean = x.number("steady_mean");
+    q.steady_full = x.number("steady_full");
+    q.steady_empty = x.number("steady_empty");
     s.queues.push_back(std::move(q));
+  }
+  if (const JsonValue* v = root.find("verdict")) {
+    s.verdict.stage = v->string("stage");
+    s.verdict.kind = v->string("kind");
+    s.verdict.text = v->string("text");
+    s.verdict.suggestion = v->string("suggestion");
+    s.verdict.span = v->string("span");
+    for (const auto& n : v->array("notes")) s.verdict.notes.push_back(n.text);
   }
   return s;
 }
 
-void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v) {
-  char buf[512];
-  std::snprintf(buf, sizeof buf, "%-16s %-16s %4s %10s %10s %10s %6s %8s %8s\n", "stage", "type", "wrk", "in", "out",
-                "items/s", "busy", "starved", "blocked");
-  os << "after " << fmt(s.t_s, 1) << " s (" << s.status << ")\n" << buf;
-  for (const auto& x : s.stages) {
-    std::snprintf(buf, sizeof buf, "%-16s %-16s %4d %10llu %10llu %10.1f %6s %8s %8s%s\n", x.name.c_str(), x.type.c_str(),
-                  x.workers, static_cast<unsigned long long>(x.items_in), static_cast<unsigned long long>(x.items_out),
-                  x.items_per_s(), pct(x.busy()).c_str(), pct(x.starved()).c_str(), pct(x.blocked()).c_str(),
-                  x.name == v.stage ? "  <- bottleneck" : "");
-    os << buf;
-  }
-  std::snprintf(buf, sizeof buf, "\n%-24s %5s %6s %5s %5s %5s %5s %6s %6s\n", "queue (consumer <- from)", "cap", "mean",
-                "p50", "p95", "max", "hwm", "full", "empty");
-  os << buf;
-  for (const auto& q : s.queues) {
-    std::string from;
-    for (const auto& p : q.producers) from += (from.empty() ? "" : ",") + p;
-    std::string name = q.consumer + " <- " + from;
-    std::snprintf(buf, sizeof buf, "%-24s %5d %6.1f %5.0f %5.0f %5d %5d %6s %6s\n", name.c_str(), q.capacity, q.mean, q.p50,
-                  q.p95, q.max_sampled, q.high_water, pct(q.full).c_str(), pct(q.empty).c_str());
-    os << buf;
-  }
-  os << "\nbottleneck: " << v.text << "\n";
-  if (!v.suggestion.empty()) os << "suggestion: " << v.suggestion << "\n";
-  for (const auto& n : v.notes) os << "note: " << n << "\n";
-}
-
 namespace {
+
 std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   if (!in) throw std::runtime_error(p.string() + ": cannot open");
@@ -264,6 +211,29 @@ std::string read_file(const std::filesystem::path& p) {
   ss << in.rdbuf();
   return ss.str();
 }
+
+// Calls `line_fn(line, number, is_last)` for each non-empty line of RUN_DIR/stats.jsonl.
+template <class F>
+void each_stats_line(const std::filesystem::path& run_dir, F line_fn) {
+  auto path = run_dir / "stats.jsonl";
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path.string() + ": cannot open (is this a run directory?)");
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.empty()) continue;
+    try {
+      line_fn(line);
+    } catch (const std::runtime_error& e) {
+      if (in.peek() == EOF) break;  // a running run may be writing its last line
+      throw std::runtime_error(path.string() + ":" + std::to_string(n) + ": " + e.what());
+    }
+  }
+}
+
+bool is_event_line(const std::string& line) { return line.rfind("{\"event\":", 0) == 0; }
+
 }  // namespace
 
 Snapshot load_run_snapshot(const std::filesystem::path& run_dir) {
@@ -282,57 +252,26 @@ Snapshot load_run_snapshot(const std::filesystem::path& run_dir) {
 }
 
 std::vector<Snapshot> load_run_series(const std::filesystem::path& run_dir) {
-  auto path = run_dir / "stats.jsonl";
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open (is this a run directory?)");
   std::vector<Snapshot> out;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.empty()) continue;
-    try {
-      out.push_back(snapshot_from_json(line));
-    } catch (const std::runtime_error& e) {
-      if (in.peek() == EOF) break;  // a running run may be writing its last line
-      throw std::runtime_error(path.string() + ":" + std::to_string(n) + ": " + e.what());
-    }
-  }
+  each_stats_line(run_dir, [&](const std::string& line) {
+    if (!is_event_line(line)) out.push_back(snapshot_from_json(line));
+  });
   return out;
 }
 
-std::string occupancy_svg(const std::vector<Snapshot>& series) {
-  const int width = 900, left = 170, right = 20, row = 70, top = 40;
-  size_t nq = series.empty() ? 0 : series.back().queues.size();
-  int height = top + static_cast<int>(nq) * row + 40;
-  double tmax = series.empty() ? 1 : std::max(1e-9, series.back().t_s);
-  std::ostringstream os;
-  os << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\"" << height
-     << "\" font-family=\"Helvetica,Arial,sans-serif\" font-size=\"12\">\n"
-     << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-     << "<text x=\"10\" y=\"22\" font-size=\"15\">Queue occupancy over time (mean per report, share of capacity)</text>\n";
-  int plot_w = width - left - right;
-  for (size_t qi = 0; qi < nq; ++qi) {
-    const QueueStats& last = series.back().queues[qi];
-    int y0 = top + static_cast<int>(qi) * row;
-    int h = row - 20;
-    os << "<text x=\"10\" y=\"" << y0 + h / 2 + 4 << "\">" << last.consumer << " (cap " << last.capacity << ")</text>\n";
-    os << "<rect x=\"" << left << "\" y=\"" << y0 << "\" width=\"" << plot_w << "\" height=\"" << h
-       << "\" fill=\"#f6f6f6\" stroke=\"#ccc\"/>\n";
-    os << "<polyline fill=\"none\" stroke=\"#2a6fdb\" stroke-width=\"1.5\" points=\"";
-    for (const auto& s : series) {
-      if (qi >= s.queues.size() || s.queues[qi].capacity <= 0) continue;
-      double frac = std::clamp(s.queues[qi].window_mean / s.queues[qi].capacity, 0.0, 1.0);
-      os << fmt(left + plot_w * s.t_s / tmax, 1) << "," << fmt(y0 + h - h * frac, 1) << " ";
+std::vector<Event> load_run_events(const std::filesystem::path& run_dir) {
+  std::vector<Event> out;
+  each_stats_line(run_dir, [&](const std::string& line) {
+    if (!is_event_line(line)) return;
+    JsonValue v;
+    try {
+      v = json_parse(line);
+    } catch (const JsonParseError& e) {
+      throw std::runtime_error(std::string("stats JSON: ") + e.what());
     }
-    os << "\"/>\n";
-    os << "<text x=\"" << left - 4 << "\" y=\"" << y0 + 10 << "\" text-anchor=\"end\" fill=\"#888\">full</text>\n";
-  }
-  int ya = top + static_cast<int>(nq) * row;
-  os << "<text x=\"" << left << "\" y=\"" << ya << "\" fill=\"#888\">0 s</text>\n";
-  os << "<text x=\"" << width - right << "\" y=\"" << ya << "\" text-anchor=\"end\" fill=\"#888\">" << fmt(tmax, 1)
-     << " s</text>\n</svg>\n";
-  return os.str();
+    out.push_back(Event{v.number("t"), v.string("event"), v.string("text")});
+  });
+  return out;
 }
 
 }  // namespace pipeline::graph

@@ -1,6 +1,8 @@
-// Run statistics: per-stage counters and per-queue occupancy, the bottleneck verdict computed
-// from them, and their JSON form (stats.jsonl lines, stats_summary.json) so `pipeline stats`
-// can re-read a finished or running run.
+// Run statistics: per-stage counters and per-edge occupancy, over the whole run and over the
+// steady-state window, the bottleneck verdict computed from them (graph/verdict.cpp), events
+// (verdict changes, autotune decisions), their JSON form (stats.jsonl lines,
+// stats_summary.json) so `pipeline stats` can re-read a finished or running run, and the
+// summary table and chart (graph/report.cpp).
 #pragma once
 
 #include <cstdint>
@@ -11,39 +13,78 @@
 
 namespace pipeline::graph {
 
+/// One stage over a span of time: shares of its worker time, and rates.
+struct StageSpan {
+  double seconds = 0;  // the span's length (0: no data)
+  double busy = 0, starved = 0, blocked = 0, order_wait = 0, ready = 0;  // shares of worker time, sum 1
+  double in_per_s = 0, out_per_s = 0;  // items taken and emitted per second
+  double cpu_cores = 0;                // cores its code kept busy on average (thread CPU time)
+  double cpu_ms_per_item = 0;          // CPU time per item (taken; emitted, for a source)
+  double capacity_per_s = 0;           // items/s it could take with its workers: workers / service time
+};
+
 struct StageStats {
   std::string name, type;
   int workers = 1;
   bool source = false, sink = false, own_thread = false;
   uint64_t items_in = 0, items_out = 0, discarded = 0;
   double busy_s = 0, starved_s = 0, blocked_s = 0;  // summed over workers
-  double wall_s = 0;                                // seconds the stage's workers have existed (per worker)
+  double order_wait_s = 0;  // idle, output edge full of items waiting for their turn in order
+  double ready_s = 0;       // idle with input waiting and room downstream: waiting for a CPU core
+  double cpu_s = 0;         // CPU time of the stage's own code (thread CPU clock, sampled)
+  double wall_s = 0;        // seconds the stage has existed (per worker)
   double device_wait_s = 0;  // part of busy_s spent waiting on the device (Emitter::add_device_wait)
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
   // Over the last report window (live view): rate and busy share.
   double window_items_per_s = 0, window_busy = 0;
   int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)
+  /// Over the steady-state window (see Snapshot::steady_from_s).
+  StageSpan steady;
 
-  /// Shares of worker time, in [0, 1].
+  /// Shares of worker time over the whole run, in [0, 1].
   double busy() const { return wall_s > 0 ? busy_s / (wall_s * workers) : 0; }
   double starved() const { return wall_s > 0 ? starved_s / (wall_s * workers) : 0; }
   double blocked() const { return wall_s > 0 ? blocked_s / (wall_s * workers) : 0; }
+  double order_wait() const { return wall_s > 0 ? order_wait_s / (wall_s * workers) : 0; }
+  double ready() const { return wall_s > 0 ? ready_s / (wall_s * workers) : 0; }
   /// Items per second through the stage: outputs for sources, inputs otherwise.
   double items_per_s() const { return wall_s > 0 ? static_cast<double>(source ? items_out : items_in) / wall_s : 0; }
+  /// The whole run as a span (the same fields as `steady`).
+  StageSpan whole_run() const;
 };
 
-/// A stage's input queue (one per consuming stage; every producer feeding it pushes there).
+/// An edge: the items between a producer and a consumer.
 struct QueueStats {
-  std::string consumer;                // the stage that pops from it
-  std::vector<std::string> producers;  // the stages that push into it
+  std::string consumer;                // the stage that takes from it
+  std::vector<std::string> producers;  // the stage that puts into it
   int capacity = 0;
   int current = 0;     // occupancy at the snapshot
-  int high_water = 0;  // exact maximum ever held (counted at every push)
+  int high_water = 0;  // exact maximum ever held (counted at every put)
   uint64_t samples = 0;
   double mean = 0, p50 = 0, p95 = 0;
   int max_sampled = 0;
   double full = 0, empty = 0;  // share of samples at capacity / at zero
   double window_mean = 0;      // mean over the last report window
+  double steady_mean = 0, steady_full = 0, steady_empty = 0;  // over the steady-state window
+};
+
+/// Which stage limits throughput, with the numbers that say so and what to try.
+struct Verdict {
+  std::string stage;       // "" when no single stage is named
+  std::string kind;        // "stage", "source", "sink", "cpu" (the cores are used up), "order" (waiting for
+                           // the turn of a slow item) or "none"
+  std::string text;        // "tokenize: busy 99% with 4 workers; its input queue full 97% ..."
+  std::string suggestion;  // "try more tokenize workers (workers = 8)"
+  std::vector<std::string> notes;  // secondary observations (a bursty edge that wants a larger queue)
+  std::string span;        // what it was judged over: "steady state, last 10.0 s" or "whole run"
+};
+
+/// Something that happened during a run, for the timeline: the verdict changed, or autotune
+/// moved a knob (with its reason and the rates before and after).
+struct Event {
+  double t_s = 0;
+  std::string kind;  // "verdict" or "autotune"
+  std::string text;
 };
 
 struct Snapshot {
@@ -52,39 +93,47 @@ struct Snapshot {
   std::string status;      // "running", "done", "stopped", "failed: ..."
   std::vector<StageStats> stages;  // in graph (topological) order
   std::vector<QueueStats> queues;
+  /// The steady-state window: [steady_from_s, t_s], the last few seconds once every stage was
+  /// running (the start, with its filling queues, is left out). steady_from_s < 0: no window.
+  double steady_from_s = -1;
+  int cores = 0;             // threads of the arena the CPU stages share
+  double cpu_cores = 0;      // cores the CPU stages kept busy over the window (thread CPU time)
+  double process_cores = 0;  // cores the whole process kept busy over the window (torch's own threads too)
+  /// The engine's verdict for this snapshot (steady state, held for a few reports before it
+  /// changes so that it does not flicker); empty `kind` when the snapshot was not made by an engine.
+  Verdict verdict;
+  /// Events since the previous report (for the live view; stats.jsonl has them as lines of
+  /// their own).
+  std::vector<Event> events;
 
   const StageStats* stage(const std::string& name) const;
   const QueueStats* queue_of(const std::string& consumer) const;
+  bool has_steady() const { return steady_from_s >= 0 && t_s - steady_from_s > 0; }
 };
 
-/// Which stage limits throughput, with the numbers that say so and what to try.
-struct Verdict {
-  std::string stage;       // "" when no single stage is named
-  std::string kind;        // "stage", "source", "sink" or "none"
-  std::string text;        // "tokenize: busy 99% with 4 workers; its input queue full 97% ..."
-  std::string suggestion;  // "try more tokenize workers (workers = 8)"
-  std::vector<std::string> notes;  // secondary observations (a bursty edge that wants a larger queue)
-};
-
-/// The bottleneck rule (documented in stats.cpp): the stage whose workers are busy the largest
-/// share of their time, if that share is at least `saturated` (0.8), is the bottleneck; the
-/// supporting numbers are its input queue's full share and how long its consumers starved.
-/// A source or sink bottleneck is reported as "limited by source/sink". When no stage is
-/// saturated, queues mostly empty mean source-limited and mostly full mean sink-limited.
+/// The bottleneck rule (graph/verdict.cpp, README "How the verdict is reached"), over the
+/// steady-state window when the snapshot has one, else over the whole run.
 Verdict analyze(const Snapshot& s, double saturated = 0.8);
 
-/// JSON forms: one object per snapshot (a stats.jsonl line, or stats_summary.json).
+/// JSON forms: one object per snapshot (a stats.jsonl line, or stats_summary.json; with
+/// `v`, or else the snapshot's own verdict), and one per event (a stats.jsonl line).
 std::string to_json(const Snapshot& s, const Verdict* v = nullptr);
+std::string to_json(const Event& e);
 Snapshot snapshot_from_json(const std::string& text);  // throws std::runtime_error naming the problem
 
 /// Summary table plus verdict, as `pipeline stats` and the end of `pipeline run` print it.
 void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v);
+/// The events, one line each ("  12.0 s  verdict: ...").
+void print_timeline(std::ostream& os, const std::vector<Event>& events);
 
 /// Reads RUN_DIR/stats_summary.json, or the last line of RUN_DIR/stats.jsonl for a running run.
 Snapshot load_run_snapshot(const std::filesystem::path& run_dir);
-/// Every line of RUN_DIR/stats.jsonl (the time series), for charts.
+/// Every snapshot line of RUN_DIR/stats.jsonl (the time series), for charts.
 std::vector<Snapshot> load_run_series(const std::filesystem::path& run_dir);
-/// An SVG chart of each queue's occupancy (share of capacity, window mean) over time.
-std::string occupancy_svg(const std::vector<Snapshot>& series);
+/// Every event line of RUN_DIR/stats.jsonl.
+std::vector<Event> load_run_events(const std::filesystem::path& run_dir);
+/// An SVG chart of each edge's occupancy (share of capacity, window mean) over time, with the
+/// events (verdict changes, autotune decisions) marked on the time axis.
+std::string occupancy_svg(const std::vector<Snapshot>& series, const std::vector<Event>& events = {});
 
 }  // namespace pipeline::graph

@@ -1,6 +1,8 @@
 // read_shards: the source of a training graph. Streams documents from the text shards of a
 // prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position;
-// or, with `mix`, from several datasets drawn by weight (reproducible and resumable).
+// or, with `mix`, from several datasets drawn by weight (reproducible and resumable). Documents
+// leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk.
+#include <algorithm>
 #include <optional>
 
 #include "datasets/dataset_mix.h"
@@ -32,9 +34,18 @@ datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& 
   return src;
 }
 
+// About one batch of text per chunk (GPT-2 BPE averages about 4 bytes per token on English),
+// so that pack usually makes zero or one batch per chunk.
+size_t auto_chunk_bytes(const RunContext& rc) {
+  const int64_t bytes = 4 * rc.cfg.training.batch_size * rc.cfg.training.seq_len;
+  return static_cast<size_t>(std::clamp<int64_t>(bytes, 1 << 10, 1 << 20));
+}
+
 class ReadShards : public graph::Stage {
  public:
   explicit ReadShards(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+    auto chunk = ctx.options.get_int_or_auto("chunk_bytes");
+    chunk_bytes_ = chunk ? static_cast<size_t>(*chunk) : auto_chunk_bytes(rc_);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
     const auto& mix = ctx.options.get_string_list("mix");
@@ -57,21 +68,39 @@ class ReadShards : public graph::Stage {
 
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
-    TextDocument doc;
-    if (mixed_) {
-      doc.pos.mixed = true;
-      doc.pos.mix = mixed_->position();
-      mixed_->next(doc.text);  // mixed sources loop: never runs dry
-    } else {
-      doc.pos.pos = reader_.position();
-      if (!reader_.next(doc.text)) return false;
+    TextChunk chunk;
+    chunk.pos = position();
+    chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);
+    bool more = true;
+    while (chunk.text.size() < chunk_bytes_) {
+      if (mixed_) {
+        mixed_->next(doc_);  // mixed sources loop: never runs dry
+      } else if (!reader_.next(doc_)) {
+        more = false;
+        break;
+      }
+      chunk.text += doc_;
+      chunk.ends.push_back(static_cast<uint32_t>(chunk.text.size()));
     }
-    out.emit(std::move(doc));
-    return true;
+    if (!chunk.ends.empty()) out.emit(std::move(chunk));
+    return more;
   }
 
  private:
+  SourcePosition position() const {
+    SourcePosition p;
+    if (mixed_) {
+      p.mixed = true;
+      p.mix = mixed_->position();
+    } else {
+      p.pos = reader_.position();
+    }
+    return p;
+  }
+
   RunContext& rc_;
+  size_t chunk_bytes_;
+  std::string doc_;
   datasets::TextDatasetReader reader_;
   std::optional<datasets::MixedTextReader> mixed_;
 };
@@ -80,13 +109,17 @@ PIPELINE_STAGE(read_shards,
                {.name = "read_shards",
                 .doc = "reads documents from the text shards of a prepared dataset (or a weighted mix), in order, resumably",
                 .input = graph::no_port(),
-                .output = graph::port<TextDocument>("documents"),
+                .output = graph::port<TextChunk>("documents"),
                 .options = config::Schema()
                                .string("dataset", "", "dataset directory (empty: [data] dataset)")
                                .string("split", "", "split to read (empty: [data] train_split)")
                                .string_list("mix", std::vector<std::string>{},
                                             "datasets mixed by weight, as [\"PATH=WEIGHT\", ...]; documents are "
-                                            "drawn from source i with probability weight_i / sum (empty: no mix)"),
+                                            "drawn from source i with probability weight_i / sum (empty: no mix)")
+                               .integer_or_auto("chunk_bytes", std::string("auto"),
+                                                "text per message, in whole documents (auto: about one batch, "
+                                                "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
+                                                1, 1 << 26),
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadShards>()});
 

@@ -15,6 +15,9 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("seed", 1337, "seed for weights, data order and sampling", 0, 9.2e18)
         .string("device", "auto", "where to train: auto (CUDA when present), cpu or cuda", {"auto", "cpu", "cuda"})
         .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024)
+        .boolean("autotune", false,
+                 "move every CPU stage's workers and every edge's capacity toward the bottleneck while the run goes "
+                 "(stages and edges set to \"auto\" are tuned anyway)")
         .string("backend", "auto",
                 "data parallel under torchrun: collectives on nccl (CUDA) or gloo (CPU); auto: nccl on CUDA, else gloo",
                 {"auto", "nccl", "gloo"})
@@ -116,9 +119,9 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   auto run = sec("run");
   rc.run = {run.get_string("name"),        run.get_string("dir"),
             run.get_int("seed"),            run.get_string("device"),
-            run.get_int("threads"),         run.get_string("backend"),
-            run.get_float("dist_timeout_s"), run.get_float("dist_heartbeat_s"),
-            run.get_float("dist_bucket_mb")};
+            run.get_int("threads"),         run.get_bool("autotune"),
+            run.get_string("backend"),      run.get_float("dist_timeout_s"),
+            run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb")};
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),

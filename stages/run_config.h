@@ -18,6 +18,7 @@ struct RunSection {
   int64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
   int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)
+  bool autotune = false;        // tune every CPU stage's workers and every edge's capacity
   // Data parallel (under torchrun):
   std::string backend = "auto";  // auto | nccl | gloo
   double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)

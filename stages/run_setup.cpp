@@ -178,6 +178,15 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
 
 }  // namespace
 
+graph::EngineOptions engine_options(const RunContext& ctx) {
+  graph::EngineOptions opts;
+  opts.run_dir = ctx.writer() ? ctx.run_dir : std::filesystem::path();  // ranks > 0: stats go to rank 0
+  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
+  opts.trace = ctx.cfg.logging.trace;
+  opts.autotune = ctx.cfg.run.autotune;
+  return opts;
+}
+
 RunPlan plan_run(const RunRequest& req) {
   RunPlan plan;
   std::string cfg = req.config;
@@ -192,6 +201,7 @@ RunPlan plan_run(const RunRequest& req) {
   ctx->cfg = resolve_run_config(plan.doc, req.source_dir);
   plan.spec = graph::GraphSpec::from_config(plan.doc);
   plan.doc.check_all_used();
+  graph::validate(plan.spec);  // the graph's structure, before anything touches the disk
   ctx->model = model_config(ctx->cfg);
   const auto env = dist::launch_env();  // set by torchrun; none for one process
   ctx->device = pick_device(ctx->cfg, env);

@@ -35,6 +35,10 @@ struct RunPlan {
 /// Throws config::ConfigError or std::runtime_error with the file, key or path at fault.
 RunPlan plan_run(const RunRequest& req);
 
+/// The engine's options for a planned run: run directory, stats sampling, trace, autotune
+/// (what `pipeline run` and the in-process test harness both use).
+graph::EngineOptions engine_options(const RunContext& ctx);
+
 /// The newest checkpoint in RUN_DIR/checkpoints (empty path when there is none).
 std::filesystem::path latest_checkpoint(const std::filesystem::path& run_dir);
 

@@ -1,6 +1,6 @@
-// tokenize: GPT-2 BPE over documents, any number of workers. Each document becomes one chunk
-// that starts with <|endoftext|>, GPT-2's document separator, so the token stream equals the one
-// in token shards written by `pipeline prepare --tokens`.
+// tokenize: GPT-2 BPE over chunks of documents, any number of workers. Each document starts
+// with <|endoftext|>, GPT-2's document separator, so the token stream equals the one in token
+// shards written by `pipeline prepare --tokens`; a chunk of documents becomes one token chunk.
 #include "datasets/tokenizer.h"
 #include "graph/stage.h"
 #include "stages/types.h"
@@ -14,16 +14,18 @@ class Tokenize : public graph::Stage {
       : tok_(datasets::Tokenizer::gpt2()), allow_special_(ctx.options.get_bool("allow_special")), scratch_(ctx.workers) {}
 
   void process(graph::Item in, graph::Emitter& out) override {
-    const auto& doc = in.get<TextDocument>();
-    auto& ids = scratch_[out.worker()];  // per-worker buffer: no allocation per document in steady state
+    const auto& chunk = in.get<TextChunk>();
+    auto& ids = scratch_[out.worker()];  // per-worker buffer: no allocation per chunk in steady state
     ids.clear();
-    ids.push_back(datasets::Tokenizer::eot_id);
-    if (allow_special_)
-      tok_.encode_append(doc.text, true, ids);
-    else
-      tok_.encode_ordinary_append(doc.text, ids);
+    for (size_t i = 0; i < chunk.documents(); ++i) {
+      ids.push_back(datasets::Tokenizer::eot_id);
+      if (allow_special_)
+        tok_.encode_append(chunk.document(i), true, ids);
+      else
+        tok_.encode_ordinary_append(chunk.document(i), ids);
+    }
     TokenChunk c;
-    c.pos = doc.pos;
+    c.pos = chunk.pos;
     c.tokens.assign(ids.begin(), ids.end());  // ids < 50257 fit in uint16
     out.emit(std::move(c));
   }
@@ -35,8 +37,8 @@ class Tokenize : public graph::Stage {
 };
 
 PIPELINE_STAGE(tokenize, {.name = "tokenize",
-                          .doc = "GPT-2 BPE: one token chunk per document, <|endoftext|> first",
-                          .input = graph::port<TextDocument>("documents"),
+                          .doc = "GPT-2 BPE: a chunk of documents becomes one token chunk, <|endoftext|> before each document",
+                          .input = graph::port<TextChunk>("documents"),
                           .output = graph::port<TokenChunk>("tokens"),
                           .options = config::Schema().boolean(
                               "allow_special", false, "turn the text <|endoftext|> inside documents into the special id"),

@@ -1,7 +1,7 @@
 // The payloads that flow between the training stages, and the run-wide context every stage
 // of a training graph reads (resolved config, device, run directory, resume point).
 //
-//   read_shards ─TextDocument─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ pin ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
+//   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ pin ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
 //   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
 //
 // pin and h2d keep the Batch type, so a CPU graph may leave them out (pack ─▶ train).
@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/dataset_mix.h"
@@ -49,10 +50,19 @@ struct DataCursor {
   static DataCursor from_json(const JsonValue& v);  // throws std::runtime_error naming the field
 };
 
-/// One document read from a text shard; `pos` is the reader position before it.
-struct TextDocument {
+/// Whole documents read from text shards, concatenated: document i is text[ends[i-1], ends[i]).
+/// One message carries many small documents (about [stages.read] chunk_bytes of text), so the
+/// per-message cost of the flow graph is paid per chunk, not per document. `pos` is the reader
+/// position before the first document.
+struct TextChunk {
   std::string text;
+  std::vector<uint32_t> ends;  // end offset of each document in `text`
   SourcePosition pos;
+  size_t documents() const { return ends.size(); }
+  std::string_view document(size_t i) const {
+    size_t begin = i ? ends[i - 1] : 0;
+    return std::string_view(text).substr(begin, ends[i] - begin);
+  }
 };
 
 /// Tokens in stream order; `pos` is the reader position where they start. A chunk that begins

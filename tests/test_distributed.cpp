@@ -307,4 +307,22 @@ TEST_CASE("rank statistics: merged with a rank per row, shown per rank for devic
   CHECK(even.stage == "train");
   // A single process's snapshot (no ranks) is judged as before.
   CHECK(stages::analyze_ranks(rank_snapshot(0.3, 0.02)).stage == "train");
+  // A snapshot that carries its engine's verdict keeps it for rank 0.
+  auto tracked = merged;
+  tracked.verdict.kind = "stage";
+  tracked.verdict.text = "h2d: as the engine judged it";
+  CHECK(contains(stages::analyze_ranks(tracked).notes[0], "rank 0 alone: h2d: as the engine judged it"));
+}
+
+TEST_CASE("rank statistics: the straggler is judged on the steady state when the ranks have one") {
+  // Over the whole run rank 1 waited most (40%: a slow start); in the steady state rank 0 waits
+  // 30% and rank 1 does not wait at all, so rank 0 is the one the others wait for.
+  auto r0 = rank_snapshot(1.0, 0.02), r1 = rank_snapshot(0.3, 0.4);
+  r0.stages[3].steady.seconds = r1.stages[3].steady.seconds = 5;
+  r0.stages[3].steady.starved = 0.3;
+  r1.stages[3].steady.starved = 0.0;
+  auto v = stages::analyze_ranks(stages::merge_rank_snapshots({r0, r1}));
+  CHECK(v.kind == "straggler");
+  CHECK(contains(v.text, "rank 0: "));
+  CHECK(contains(v.text, "its train waited for input 30% of the time (rank 1: 0%)"));
 }

@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "graph/engine.h"
+#include "graph/stats.h"
 #include "stages/run_setup.h"
 #include "train_harness.h"
 
@@ -130,6 +131,51 @@ TEST_CASE("a weighted mix of datasets trains and resumes exactly") {
   auto bad = error_of([&] { run(tiny_config(root / "b", input), root / "b", {"stages.read.mix=[\"x=0\"]"}); });
   CHECK(contains(bad, "mix"));
   CHECK(contains(bad, "weight > 0"));
+  fs::remove_all(root);
+}
+
+// The training graph with a slow stage inserted: the verdict names it, whatever train costs.
+graph::Verdict verdict_of(const std::string& input, const std::string& extra, std::vector<std::string> overrides = {}) {
+  auto root = temp_dir("verdict");
+  overrides.push_back("training.steps=20");
+  overrides.push_back("checkpoint.every=0");
+  auto r = run(tiny_config(root / "v", input) + extra, root / "v", overrides);
+  REQUIRE(r.losses.size() == 20);
+  graph::Snapshot s = graph::load_run_snapshot(r.dir);
+  MESSAGE("[" << s.verdict.kind << "] " << s.verdict.text << " | " << s.verdict.span);
+  fs::remove_all(root);
+  return s.verdict;
+}
+
+TEST_CASE("the verdict on a training graph names a slow stage before pin") {
+  // pack -> slow (60 ms per batch) -> pin: train's steps take a few ms, so slow is the limit.
+  // Small queues before it: what is in flight when train is done still passes through slow.
+  const std::string input =
+      "[stages.read]\ntype = \"read_shards\"\n"
+      "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\ncapacity = 1\n"
+      "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 1\n"
+      "[stages.slow]\ntype = \"delay\"\ninput = \"pack\"\ncapacity = 2\nms = 60.0\n"
+      "[stages.pin]\ntype = \"pin\"\ninput = \"slow\"\ncapacity = 2\n"
+      "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+  graph::Verdict v = verdict_of(input, "");
+  CHECK(v.stage == "slow");
+  CHECK(v.kind == "stage");
+}
+
+TEST_CASE("the verdict on a training graph names a slow sink on train's output") {
+  graph::Verdict v = verdict_of(kTextInput, "[stages.slow_sink]\ntype = \"test_sink\"\ninput = \"train\"\ncapacity = 2\nms = 150.0\n");
+  CHECK(v.stage == "slow_sink");
+  CHECK(v.kind == "sink");
+}
+
+TEST_CASE("autotune moves workers and capacities without changing a single loss") {
+  auto root = temp_dir("autotune");
+  auto plain = run(tiny_config(root / "a", kTextInput), root / "a", {"training.steps=12"});
+  auto tuned = run(tiny_config(root / "b", kTextInput), root / "b",
+                   {"training.steps=12", "run.autotune=true", "stages.tokenize.workers=\"auto\"",
+                    "stages.tokenize.capacity=\"auto\"", "stages.pack.capacity=\"auto\""});
+  REQUIRE(plain.losses.size() == 12);
+  CHECK(plain.losses == tuned.losses);
   fs::remove_all(root);
 }
 

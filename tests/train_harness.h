@@ -96,10 +96,7 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   req.source_dir = PIPELINE_SOURCE_DIR;
   auto plan = stages::plan_run(req);
   stages::set_run_context(plan.ctx);
-  graph::EngineOptions opts;
-  opts.run_dir = plan.ctx->run_dir;
-  opts.trace = false;
-  opts.sample_interval = std::chrono::milliseconds(5);
+  graph::EngineOptions opts = stages::engine_options(*plan.ctx);
   {
     graph::Engine engine(plan.spec, opts);
     std::thread side;

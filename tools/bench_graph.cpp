@@ -1,7 +1,7 @@
 // Engine benchmarks (graph/): run and report, not timed tests.
 //   overlap:  three stages costing a, b, c ms per item (one worker each) should take about
 //             max(a, b, c) per item in steady state, not a + b + c.
-//   overhead: items/s through a chain of trivial stages, with stats off, on, and on + trace;
+//   overhead: items/s through a chain of pass-through CPU stages, with stats off, on, and on + trace;
 //             the stats cost should be under 2% of throughput.
 // usage: bench_graph [overlap|overhead|all] [--items N] [--repeats R] [--stages K]
 #include <algorithm>
@@ -37,6 +37,22 @@ PIPELINE_STAGE(bench_clock_sink, {.name = "bench_clock_sink", .doc = "records ar
                                   .input = any_port(), .output = no_port(), .max_workers = 1,
                                   .factory = make_factory<ClockSink>()});
 
+// A pass-through CPU stage that does nothing: what one hop of the flow graph costs.
+class Pass : public Stage {
+ public:
+  explicit Pass(const StageContext&) {}
+  void process(Item in, Emitter& out) override { out.emit_item(std::move(in)); }
+};
+PIPELINE_STAGE(bench_pass, {.name = "bench_pass", .doc = "passes items through, doing nothing (bench_graph)",
+                            .input = any_port(), .output = any_port(), .factory = make_factory<Pass>()});
+
+class Drop : public Stage {
+ public:
+  explicit Drop(const StageContext&) {}
+};
+PIPELINE_STAGE(bench_drop, {.name = "bench_drop", .doc = "drops every item (bench_graph)", .input = any_port(),
+                            .output = no_port(), .factory = make_factory<Drop>()});
+
 double steady_ms_per_item(size_t skip) {
   auto& a = arrivals();
   if (a.size() < skip + 2) return 0;
@@ -71,10 +87,10 @@ double chain_rate(int items, int n_stages, bool stats, bool trace) {
   std::string prev = "src";
   for (int i = 0; i < n_stages; ++i) {
     std::string name = "p" + std::to_string(i);
-    g.add(name, "delay", {prev}, 1, 64).set("ms", 0.0);
+    g.add(name, "bench_pass", {prev}, 1, 64);
     prev = name;
   }
-  g.add("sink", "test_sink", {prev}, 1, 64);
+  g.add("sink", "bench_drop", {prev}, 1, 64);
   EngineOptions o;
   o.stats = stats;
   auto dir = std::filesystem::temp_directory_path() / "bench_graph_run";

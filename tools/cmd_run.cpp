@@ -2,8 +2,10 @@
 // stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
 // is one data-parallel rank (stages/data_parallel.h); rank 0 speaks and writes for the run.
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <unistd.h>
 
@@ -18,6 +20,31 @@
 
 namespace pipeline::cli {
 namespace {
+
+// The step of a checkpoint file (checkpoints/step_NNNNNNNN.ckpt), or -1.
+int64_t checkpoint_step(const std::string& path) {
+  auto name = std::filesystem::path(path).stem().string();
+  if (name.rfind("step_", 0) != 0) return -1;
+  try {
+    return std::stoll(name.substr(5));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+// Removes a run directory this command created if nothing was written into it but the
+// resolved config and an empty metrics.jsonl.
+void remove_unused_run_dir(const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (dir.empty() || !fs::is_directory(dir, ec)) return;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    auto name = e.path().filename().string();
+    if (name == "config.toml" || (name == "metrics.jsonl" && fs::file_size(e.path(), ec) == 0)) continue;
+    return;  // something else is there: keep it
+  }
+  fs::remove_all(dir, ec);
+}
 
 struct RunArgs {
   stages::RunRequest req;
@@ -90,18 +117,19 @@ int run_main(const std::vector<std::string>& args) {
     ~ClearContext() { stages::set_run_context(nullptr); }
   } clear_context;
 
-  graph::EngineOptions opts;
-  opts.run_dir = ctx.writer() ? ctx.run_dir : std::filesystem::path();  // ranks > 0: stats go to rank 0
-  opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
-  opts.trace = ctx.cfg.logging.trace;
-  std::optional<graph::Engine> built;
+  graph::EngineOptions opts = stages::engine_options(ctx);
+  // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
+  // structure of the graph was checked before it was made (plan_run), and what the directory
+  // holds so far (config.toml, an empty metrics.jsonl) is removed again.
+  std::unique_ptr<graph::Engine> engine_ptr;
   try {
-    built.emplace(plan.spec, opts);
+    engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
   } catch (const std::exception& e) {
     if (ctx.dp) ctx.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
+    if (a.req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
-  graph::Engine& engine = *built;
+  graph::Engine& engine = *engine_ptr;
 
   graph::LiveViewOptions vo;
   const auto& live = ctx.cfg.logging.live;
@@ -136,7 +164,7 @@ int run_main(const std::vector<std::string>& args) {
     }
   }
   ctx.log->set_printer(nullptr);
-  auto snap = engine.snapshot();
+  auto snap = engine.final_snapshot();
   if (rank) {
     rank->finished(failed ? failure : "", snap);
     if (failed) {
@@ -160,11 +188,11 @@ int run_main(const std::vector<std::string>& args) {
     }
     if (!ctx.writer()) return ctx.dp->stopped_early() == stages::DataParallel::EarlyStop::requested ? 130 : 0;
     snap = rank->merged(snap);
-    if (!ctx.run_dir.empty())  // the run's summary holds every rank's stages
-      std::ofstream(ctx.run_dir / "stats_summary.json", std::ios::trunc) << graph::to_json(snap) << "\n";
     rank->wait_for_others();
   }
   auto verdict = stages::analyze_ranks(snap);
+  if (rank && !ctx.run_dir.empty())  // the run's summary holds every rank's stages, and their verdict
+    std::ofstream(ctx.run_dir / "stats_summary.json", std::ios::trunc) << graph::to_json(snap, &verdict) << "\n";
   std::cout << "\n";
   graph::print_summary(std::cout, stages::rank_rows(snap), verdict);
 
@@ -186,6 +214,18 @@ int run_main(const std::vector<std::string>& args) {
     if (early == stages::DataParallel::EarlyStop::out_of_data) std::cout << " (a rank ran out of data)";
     if (ctx.dp) std::cout << " on all " << ctx.dp->size() << " ranks";
     std::cout << ".";
+    const int64_t saved = ckpt.empty() ? -1 : checkpoint_step(ckpt);
+    if (ctx.cfg.checkpoint.at_end && done > ctx.start_step && saved != done) {
+      // The drain was cut short (a second Ctrl-C): the final snapshot never reached the disk.
+      std::cout << "\n";
+      std::cerr << "pipeline run: error: the final checkpoint (step " << done
+                << ") was not written: the run was aborted before it could be (" << snap.status << ")";
+      if (saved >= 0)
+        std::cerr << "; the newest checkpoint is " << ckpt << " (step " << saved << "): " << resume_command(ctx)
+                  << " repeats steps " << saved + 1 << ".." << done;
+      std::cerr << "\n";
+      return 1;
+    }
     if (!ckpt.empty())
       std::cout << " Checkpoint " << ckpt << ".\nContinue with: " << resume_command(ctx)
                 << "   (it reads the run's own config.toml, --set overrides included)\n";

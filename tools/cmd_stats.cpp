@@ -31,13 +31,26 @@ int stats_main(const std::vector<std::string>& args) {
   namespace graph = pipeline::graph;
   graph::Snapshot s = graph::load_run_snapshot(dir);
   // A data-parallel run's summary holds every rank's stages: one row per rank for the device
-  // stages, and a verdict that names a straggler rank.
-  graph::print_summary(std::cout, pipeline::stages::rank_rows(s), pipeline::stages::analyze_ranks(s));
+  // stages, and a verdict that names a straggler rank (stored with the summary; computed again
+  // for a run still going).
+  graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
+                       s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
   auto series = graph::load_run_series(dir);
+  auto events = graph::load_run_events(dir);
+  if (!events.empty()) {
+    std::cout << "\ntimeline (verdict changes and autotune decisions):\n";
+    graph::print_timeline(std::cout, events);
+  }
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
-    std::ofstream(svg, std::ios::trunc) << graph::occupancy_svg(series);
-    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples)\n";
+    std::ofstream out(svg, std::ios::trunc);
+    out << graph::occupancy_svg(series, events);
+    if (!out.flush()) {
+      std::cerr << "pipeline stats: " << svg << ": cannot write the chart\n";
+      return 1;
+    }
+    std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
+              << " events marked)\n";
   }
   return 0;
 }
@@ -46,7 +59,8 @@ PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a r
                   "usage: pipeline stats RUN_DIR [--svg FILE]\n"
                   "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
                   "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
-                  "and writes the queue occupancy over time to RUN_DIR/occupancy.svg (or FILE).",
+                  "the timeline of verdict changes and autotune decisions, and writes the edges' occupancy\n"
+                  "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).",
                   &stats_main});
 
 }  // namespace

@@ -1,0 +1,192 @@
+// See flow_graph.h.
+#include "graph/flow_graph.h"
+
+#include <utility>
+
+#include "graph/device_thread.h"
+#include "graph/invocation.h"
+
+namespace pipeline::graph {
+
+namespace {
+
+template <class Node, size_t... I>
+std::array<OutPort*, kMaxOutputs> ports_of(Node& node, std::index_sequence<I...>) {
+  return {&flow::output_port<I>(node)...};
+}
+
+template <class Node>
+std::array<OutPort*, kMaxOutputs> ports_of(Node& node) {
+  return ports_of(node, std::make_index_sequence<kMaxOutputs>{});
+}
+
+// Lightweight nodes run their body inline in the sender's thread only when the body is
+// noexcept (oneTBB checks it); the fan-out and dispatch bodies must run inline, because they
+// number packets in the order they leave, so they are declared noexcept.
+
+// first -> chain[0] -> ... -> chain[n-1] -> last
+template <class First, class Last>
+void connect(First& first, const std::vector<Limiter*>& chain, Last& last) {
+  if (chain.empty()) {
+    flow::make_edge(first, last);
+    return;
+  }
+  flow::make_edge(first, *chain.front());
+  for (size_t i = 0; i + 1 < chain.size(); ++i) flow::make_edge(*chain[i], *chain[i + 1]);
+  flow::make_edge(*chain.back(), last);
+}
+
+}  // namespace
+
+FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
+  for (auto& st : rt_.stages) build_stage(*st);
+  // Every edge: the producer's output port -> the consumer's input buffer (or its renumbering
+  // node, for a stage that merges several inputs and must keep their order).
+  for (auto& e : rt_.edges) {
+    StageRt& from = *rt_.stages[e->producer];
+    StageRt& to = *rt_.stages[e->consumer];
+    if (to.renumber)
+      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.renumber);
+    else
+      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.inbuf);
+  }
+  std::lock_guard lock(rt_.timer_mu);
+  rt_.timer = &timer_;
+}
+
+void FlowGraph::build_stage(StageRt& st) {
+  Runtime& rt = rt_;
+  // The admission chain: worker slots, one bound per output edge, pooled resources.
+  std::vector<Limiter*> chain;
+  if (!st.is_source()) {
+    st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
+    chain.push_back(st.worker_slots.limiter.get());
+  }
+  for (EdgeRt* e : st.outputs) {
+    e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
+    chain.push_back(e->credits.limiter.get());
+  }
+  if (st.pool) {
+    st.resources.open(g_, st.pool->size(), st.pool->size(), false);
+    chain.push_back(st.resources.limiter.get());
+    ResourcePool* pool = st.pool.get();
+    st.pool->set_gate({.reserved =
+                           [pool] {
+                             Invocation* inv = Invocation::current();
+                             return inv && inv->stage().pool.get() == pool && inv->take_resource_reservation();
+                           },
+                       .extra =
+                           [pool] {
+                             Invocation* inv = Invocation::current();
+                             return inv && inv->stage().pool.get() == pool && inv->extra_resource();
+                           },
+                       .released = [&st] { st.resources.release(); }});
+  }
+
+  if (st.is_source()) {
+    st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) { return run_source(rt, st, fc); });
+    st.route = std::make_unique<RouteNode>(g_, flow::unlimited,
+                                           [&st](const Packet& p, auto&) noexcept { fan_out_source(st, p); });
+    st.ports = ports_of(*st.route);
+    connect(*st.source, chain, *st.route);
+    return;
+  }
+
+  st.inbuf = std::make_unique<Buffer>(g_);
+  if (st.renumber_input) {
+    // Merged inputs get one dense sequence, in arrival order, for the sequencer downstream.
+    st.renumber = std::make_unique<flow::function_node<Packet, Packet>>(g_, flow::serial, [&st](const Packet& p) {
+      Packet q = p;
+      q.seq = st.input_seq.fetch_add(1, std::memory_order_relaxed);
+      if (q.kind == Packet::Kind::item) q.item.set_seq(q.seq);
+      return q;
+    });
+    flow::make_edge(*st.renumber, *st.inbuf);
+  }
+  if (st.ordered_commit) {
+    st.sequencer = std::make_unique<Sequencer>(g_, [](const Packet& p) { return static_cast<size_t>(p.seq); });
+    st.ordered_route = std::make_unique<OrderedRouteNode>(g_, flow::serial,
+                                                          [&st](const Packet& p, auto&) noexcept { dispatch(st, p); });
+    flow::make_edge(*st.sequencer, *st.ordered_route);
+  }
+
+  if (st.kind == StageKind::cpu) {
+    // The body's Packet is the task's own copy: moving the item out of it is safe.
+    st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
+      count_admission(st);
+      run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
+    });
+    connect(*st.inbuf, chain, *st.cpu);
+    if (st.ordered_commit) {
+      st.bundle_port = &flow::output_port<0>(*st.cpu);
+      flow::make_edge(*st.bundle_port, *st.sequencer);
+      st.ports = ports_of(*st.ordered_route);
+    } else {
+      st.ports = ports_of(*st.cpu);
+    }
+    return;
+  }
+
+  // Own-thread and timed stages: an async node whose work leaves the TBB scheduler.
+  if (st.kind == StageKind::own_thread) st.device = std::make_unique<DeviceThread>(rt, st);
+  st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) {
+    if (st.kind == StageKind::own_thread) {
+      st.device->hand_over(const_cast<Packet&>(p));
+      return;
+    }
+    count_admission(st);
+    run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
+  });
+  connect(*st.inbuf, chain, *st.async);
+  if (st.ordered_commit) {
+    flow::make_edge(*st.async, *st.sequencer);
+    st.ports = ports_of(*st.ordered_route);
+  } else {
+    st.route = std::make_unique<RouteNode>(g_, flow::unlimited, [&st](const Packet& p, auto&) noexcept { dispatch(st, p); });
+    flow::make_edge(*st.async, *st.route);
+    st.ports = ports_of(*st.route);
+  }
+}
+
+void FlowGraph::run() {
+  ran_ = true;
+  timer_.start();
+  for (auto& st : rt_.stages)
+    if (st->device) st->device->start(st->async->gateway());
+  for (auto& st : rt_.stages)
+    if (st->source) st->source->activate();
+  g_.wait_for_all();
+  for (auto& st : rt_.stages)
+    if (st->device) st->device->join(false);
+  timer_.stop();
+}
+
+FlowGraph::~FlowGraph() {
+  // Unwinding from an error of the engine itself: threads must not outlive the nodes.
+  for (auto& st : rt_.stages)
+    if (st->device) st->device->join(true);
+  {
+    std::lock_guard lock(rt_.timer_mu);
+    rt_.timer = nullptr;
+  }
+  timer_.stop();
+  for (auto& st : rt_.stages) {
+    if (st->pool) st->pool->set_gate({});
+    st->device.reset();
+    st->source.reset();
+    st->route.reset();
+    st->ordered_route.reset();
+    st->sequencer.reset();
+    st->cpu.reset();
+    st->async.reset();
+    st->renumber.reset();
+    st->inbuf.reset();
+    st->worker_slots.limiter.reset();
+    st->resources.limiter.reset();
+    st->ports = {};
+    st->bundle_port = nullptr;
+  }
+  for (auto& e : rt_.edges) e->credits.limiter.reset();
+}
+
+}  // namespace pipeline::graph

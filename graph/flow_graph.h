@@ -1,0 +1,50 @@
+// Building and running the oneTBB flow graph of one run (engine internals). The nodes each
+// stage gets, by kind (see the design note in engine.cpp for the whole graph of gpt2.toml):
+//
+//   source     input_node -> limiter per output edge -> fan-out (multifunction, lightweight)
+//   CPU stage  input buffer (queue_node) -> worker limiter -> limiter per output edge
+//              [-> resource limiter] -> multifunction_node (concurrency unlimited: the worker
+//              limiter bounds it) -> its output ports, one per consumer
+//   own thread input buffer -> worker limiter (1) -> edge limiters -> async_node: the body
+//              queues the input for the stage's thread (device_thread.h), which answers
+//              through the gateway -> dispatch (multifunction, lightweight) -> output ports
+//   timed      as own thread, but the body runs the stage and the timer (timer.h) completes it
+//   ordered    a parallel stage feeding an ordered one sends one bundle per input to a
+//              sequencer_node keyed on the input's sequence number -> dispatch (serial)
+//
+// Every consumer's input buffer is joined to its producers' output ports with make_edge. The
+// limiters are the edges' bounds (edge.cpp); a producer's limiters sit in front of it, so it is
+// admitted an input only when each of its output edges has room: back-pressure is rejection
+// and pull, and no TBB task ever blocks.
+#pragma once
+
+#include <memory>
+
+#include "graph/runtime.h"
+#include "graph/timer.h"
+
+namespace pipeline::graph {
+
+class FlowGraph {
+ public:
+  /// Builds every node and edge of rt's resolved graph. Call inside the task arena that will
+  /// run it (the graph binds to the current arena).
+  explicit FlowGraph(Runtime& rt);
+  /// Takes the nodes down (before the graph) and detaches resource pools.
+  ~FlowGraph();
+  FlowGraph(const FlowGraph&) = delete;
+  FlowGraph& operator=(const FlowGraph&) = delete;
+
+  /// Starts the device threads and the timer, activates the sources, and waits until every
+  /// stage has passed its end of stream.
+  void run();
+
+ private:
+  void build_stage(StageRt& st);
+  Runtime& rt_;
+  flow::graph g_;
+  Timer timer_;
+  bool ran_ = false;
+};
+
+}  // namespace pipeline::graph

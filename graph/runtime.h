@@ -1,0 +1,270 @@
+// The engine's runtime state, shared by its parts (engine internals; stages never see it):
+//   flow_build.cpp   builds the oneTBB flow graph from the validated spec (nodes and edges)
+//   invocation.cpp   what happens when a stage runs: taking inputs, emitting, credits, end of stream
+//   edge.cpp         an edge's credits (its bound), load and high-water mark
+//   device_thread.*  own-thread stages: an async_node feeding a dedicated thread (moodycamel queue)
+//   timer.*          held invocations (delay): an async_node completed by a timer thread
+//   monitor.*        sampling, snapshots, stats.jsonl, observers, trace
+//   engine.cpp       the public Engine: construction, run, stop, errors
+// See engine.cpp for the design note with the graph that gpt2.toml builds.
+#pragma once
+
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/spin_mutex.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graph/engine.h"
+#include "graph/stage.h"
+
+namespace pipeline::graph {
+
+namespace flow = tbb::flow;
+
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// Most consumers one stage may feed: the width of a multifunction node's output-port tuple.
+constexpr int kMaxOutputs = 8;
+
+struct EdgeRt;
+struct Bundle;
+
+/// The message on every flow-graph edge: one item, several items (a cheap source's batch and
+/// what the stages downstream make of it), an end-of-stream marker, or (between a parallel
+/// stage and its sequencer) everything one invocation emitted.
+struct Packet {
+  enum class Kind : uint8_t { item, items, eos, bundle };
+  Kind kind = Kind::item;
+  EdgeRt* edge = nullptr;  // the edge it travels on (null on a source's way to its fan-out)
+  uint64_t seq = 0;        // its place among the packets on its edge; bundles: the input packet's
+  Item item;                                 // Kind::item
+  std::shared_ptr<std::vector<Item>> items;  // Kind::items
+  std::shared_ptr<Bundle> bundle;            // Kind::bundle
+  /// How many places on an edge it takes: its items, or 1 for an end-of-stream marker.
+  int64_t count() const {
+    return kind == Kind::items ? static_cast<int64_t>(items->size()) : kind == Kind::bundle ? 0 : 1;
+  }
+};
+
+/// The outputs of one invocation of an order-keeping parallel stage, in emission order.
+struct Bundle {
+  std::vector<std::pair<EdgeRt*, Packet>> outs;
+};
+
+using Ports = std::tuple<Packet, Packet, Packet, Packet, Packet, Packet, Packet, Packet>;
+static_assert(std::tuple_size_v<Ports> == kMaxOutputs);
+using CpuNode = flow::multifunction_node<Packet, Ports>;
+using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
+using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
+using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
+using AsyncNode = flow::async_node<Packet, Packet>;
+using Gateway = AsyncNode::gateway_type;
+using Limiter = flow::limiter_node<Packet, long long>;
+using Buffer = flow::queue_node<Packet>;
+using Source = flow::input_node<Packet>;
+using Sequencer = flow::sequencer_node<Packet>;
+
+/// A limiter_node and the mirror of its count: the gate in front of a producer that bounds one
+/// of its output edges (or its worker slots, or its pooled resources). See edge.cpp.
+struct Credits {
+  std::unique_ptr<Limiter> limiter;
+  int64_t threshold = 0;  // the limiter's fixed threshold
+  mutable tbb::spin_mutex mu;  // serializes the credit decisions (and their limiter messages)
+  std::atomic<int64_t> used{0};  // mirror of the limiter's count: reservations + credited items + phantoms
+  int64_t debt = 0;              // items on the edge beyond the limiter's count
+  int64_t phantoms = 0;          // credits held back so that the bound is below the threshold
+  int64_t retiring = 0;          // releases to turn into phantoms (the bound is being lowered)
+
+  /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
+  /// `send_unlocked`: limiter messages may run our code inline (a source's edges; edge.cpp).
+  void open(flow::graph& g, int64_t threshold, int64_t bound, bool send_unlocked);
+  bool unlocked_sends = false;
+  /// An admission the limiter made (the mirror follows it).
+  void admitted() { used.fetch_add(1, std::memory_order_relaxed); }
+  /// `n` credits are free again (a reservation not used, items taken off the edge, a resource
+  /// given back). Pays debt first.
+  void release(int64_t n = 1);
+  /// `n` more credits for items beyond the admission's; owes those there is no room for.
+  /// `margin`: admissions the limiter made that the mirror has not counted yet.
+  void extra(int64_t n, int64_t margin);
+  /// One more credit if there is one; never owes.
+  bool try_extra(int64_t margin);
+  /// Credits free now (never below 0).
+  int64_t room() const;
+  /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
+  void set_bound(int64_t bound);
+  int64_t bound() const;
+  bool full() const;
+};
+
+/// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.
+struct EdgeRt {
+  size_t producer = 0, consumer = 0;  // stage indices (topological order)
+  int out_index = 0;                  // the producer's output port
+  std::function<bool(const Item&)> accepts;  // the consumer's routing filter
+  bool batches = false;  // may carry several items per packet: the consumer is a single-worker CPU stage
+  bool tune_capacity = false;  // the autotuner may move the bound (capacity = "auto", [run] autotune)
+  int start_capacity = 8, max_capacity = 8;
+  Credits credits;
+
+  std::atomic<int64_t> load{0};      // items (and end markers) on the edge now
+  std::atomic<int64_t> held{0};      // of those, held by the producer (a bundle waiting for its turn, a timer)
+  std::atomic<int64_t> in_order{0};  // of those, in bundles waiting for their turn in order
+  std::atomic<int64_t> high_water{0};
+  std::atomic<uint64_t> next_seq{0};     // items' sequence numbers on this edge: 0, 1, 2, ...
+  std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
+
+  // Monitor-owned occupancy samples (cumulative, so that a window is a difference).
+  std::vector<uint64_t> hist;
+  uint64_t samples = 0, full_n = 0, empty_n = 0;
+  double sum = 0;
+  double window_sum = 0, last_window_mean = 0;
+  uint64_t window_n = 0;
+
+  /// `n` items put onto the edge (load and high-water mark).
+  void count_in(int64_t n = 1);
+  /// The consumer took a packet of `n` items (or one marker) off the edge.
+  void take(int64_t n) {
+    load.fetch_sub(n, std::memory_order_relaxed);
+    credits.release(n);
+  }
+  int capacity() const { return static_cast<int>(credits.bound()); }
+};
+
+/// Per worker slot: written only by the invocation holding the slot, read by the monitor.
+struct alignas(64) SlotCounters {
+  std::atomic<uint64_t> in{0}, out{0}, discarded{0};
+  std::atomic<int64_t> busy_ns{0}, cpu_ns{0}, device_wait_ns{0};
+  std::atomic<int64_t> busy_since{0};  // an invocation in progress since (0: idle)
+  struct TraceEvent {
+    int64_t start_ns, dur_ns;
+  };
+  std::vector<TraceEvent> trace;
+  size_t trace_cap = 0;
+};
+
+enum class StageKind { source, cpu, own_thread, timed };
+
+struct StageRt;
+class DeviceThread;
+
+/// One running stage: its instance, its nodes, its edges and its counters.
+struct StageRt {
+  size_t index = 0;
+  StageSpec spec;
+  const StageType* type = nullptr;
+  config::Section options;
+  std::unique_ptr<Stage> stage;
+  StageKind kind = StageKind::cpu;
+  std::vector<EdgeRt*> inputs, outputs;
+  std::type_index out_type = typeid(void);
+  std::string out_port;
+  bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
+  bool renumber_input = false;  // several inputs and ordered_commit: a serial node numbers them
+  int max_workers = 1;          // worker slots (the limiter threshold)
+  int start_workers = 1;        // the concurrency the run starts with
+  bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
+  std::shared_ptr<ResourcePool> pool;
+
+  // Nodes (flow_build.cpp).
+  std::unique_ptr<Buffer> inbuf;
+  std::unique_ptr<flow::function_node<Packet, Packet>> renumber;
+  Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers`
+  Credits resources;     // the pool's gate, when the stage has a ResourcePool
+  std::unique_ptr<Source> source;
+  std::unique_ptr<CpuNode> cpu;
+  std::unique_ptr<AsyncNode> async;
+  std::unique_ptr<Sequencer> sequencer;
+  std::unique_ptr<RouteNode> route;
+  std::unique_ptr<OrderedRouteNode> ordered_route;
+  std::array<OutPort*, kMaxOutputs> ports{};  // where items leave for each output edge
+  OutPort* bundle_port = nullptr;             // a CPU order-keeping stage: to its sequencer
+  std::unique_ptr<DeviceThread> device;
+
+  // Worker slots: which of [0, max_workers) are free.
+  tbb::spin_mutex slot_mu;
+  std::vector<int> free_slots;
+
+  // End of stream (invocation.cpp: who finalizes, without a lock).
+  std::atomic<int> eos_seen{0};
+  std::atomic<int> running{0};  // invocations in progress (also read by the monitor)
+  std::atomic<bool> finalize_pending{false};
+  uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq (before finalize_pending)
+  std::atomic<bool> done{false};
+  std::atomic<uint64_t> input_seq{0};  // renumbering of merged inputs
+
+  // Sources: items produced but not yet handed to the flow graph (one produce() call's output).
+  std::vector<Item> outbox;
+  size_t outbox_next = 0;
+  enum class SourceState { producing, finalizing, ending, ended };
+  SourceState source_state = SourceState::producing;
+
+  std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot
+  std::atomic<int64_t> start_ns{0}, end_ns{0};
+  std::atomic<int64_t> device_busy_ns{0};
+
+  // Cost of one item (ns, a moving average over invocations that measured it): sources batch
+  // cheap items (flow_graph.h), and only while every stage is cheap.
+  std::atomic<int64_t> item_cost_ns{0};
+  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
+  std::atomic<int> batch{1};  // sources: items per packet now
+  int batch_max = 1;          // sources: at most this many (half the smallest output capacity, <= 64)
+  uint64_t bodies = 0;        // sources: input_node body calls, to revise `batch` now and then
+
+  // Monitor-owned idle classification (seconds of idle worker time by cause).
+  double idle_starved_w = 0, idle_blocked_w = 0, idle_order_w = 0, idle_ready_w = 0;
+  std::atomic<int64_t> first_ns{0};      // when the stage first took an input (a source: produced)
+  std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
+
+  StageRt();
+  ~StageRt();  // out of line: DeviceThread is only complete in device_thread.cpp
+  bool is_source() const { return kind == StageKind::source; }
+  bool is_sink() const { return type->output.none(); }
+};
+
+/// Everything the engine's parts share for one run.
+struct Runtime {
+  GraphSpec spec;
+  EngineOptions opts;
+  std::vector<std::unique_ptr<StageRt>> stages;  // topological order
+  std::vector<std::unique_ptr<EdgeRt>> edges;
+  bool tracing = false;
+  int threads = 1;  // the arena's size
+
+  std::atomic<int> stop_level{0};
+  std::atomic<bool> aborted{false};
+  int64_t t0 = 0;
+  std::mutex timer_mu;           // guards timer (an abort may come from the monitor during teardown)
+  class Timer* timer = nullptr;  // held invocations (timed stages), while the flow graph exists
+
+  std::mutex fail_mu;
+  std::string fail_stage;
+  std::exception_ptr fail_error;
+
+  /// Records the first error (later ones are dropped) and aborts the run.
+  void fail(const std::string& stage, std::exception_ptr e);
+  /// Ends the run early: sources stop, stages drop what reaches them, held items leave at once.
+  void abort();
+  bool failing() const { return aborted.load(std::memory_order_relaxed); }
+  bool stopping() const { return stop_level.load(std::memory_order_relaxed) > 0; }
+  StageRt* find(const std::string& name) const;
+};
+
+/// Validates rt.spec and fills rt.stages and rt.edges (graph_spec.cpp); with `instantiate`,
+/// also builds the stage instances. Throws config::ConfigError or StageError.
+void resolve_graph(Runtime& rt, bool instantiate);
+/// The resolved graph in Graphviz DOT.
+std::string graph_dot(const Runtime& rt);
+
+}  // namespace pipeline::graph

@@ -1,0 +1,300 @@
+// The bottleneck rule. In a pipeline of bounded edges the slowest stage is the one that is busy
+// all the time: everything upstream of it fills its input and then waits with its output edge
+// full, and everything downstream drains and then waits for input. So, over the steady-state
+// window (the last few seconds once every stage runs; the whole run when there is no window):
+//   1. Each stage's busy share is the time its worker slots spent in an invocation. The rest is
+//      idle: starved (nothing on its input), blocked (its output edge full), order wait (its
+//      output edge full of items waiting for their turn in order), ready (input and room, but no
+//      core ran it).
+//   2. The bottleneck is the stage with the highest busy share, if at least `saturated` (80%);
+//      ties go to the one whose input edge is full more often. The verdict quotes its busy share
+//      and workers, how often its input was full, the consumer that waited longest for input,
+//      and its rate: what it can do with its workers (workers / time per item) next to what
+//      the stages after it could take.
+//   3. CPU-bound: when the CPU stages together keep about all the arena's cores busy (their
+//      threads' CPU time), more workers cannot help; the verdict says so and names the stage
+//      that spends the most CPU per item.
+//   4. Order: with no stage saturated, a stage that is busy or waiting for its turn in order
+//      (its finished items held back until an earlier one is done) most of the time limits
+//      the graph through the ordered consumer after it.
+//   5. A source is named only when it is busy ("limited by source read"), never because it is
+//      blocked; with no stage saturated the verdict says where the idle time went.
+#include "graph/verdict.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace pipeline::graph {
+
+namespace {
+
+std::string pct(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x);
+  return buf;
+}
+
+std::string rate(double per_s) {
+  char buf[32];
+  if (per_s >= 100)
+    std::snprintf(buf, sizeof buf, "%.0f/s", per_s);
+  else
+    std::snprintf(buf, sizeof buf, "%.3g/s", per_s);
+  return buf;
+}
+
+struct View {
+  const Snapshot& s;
+  bool steady;
+  const StageSpan& span(const StageStats& x) const { return steady && x.steady.seconds > 0 ? x.steady : whole(x); }
+  // whole_run() computed once per stage.
+  const StageSpan& whole(const StageStats& x) const {
+    for (size_t i = 0; i < s.stages.size(); ++i)
+      if (&s.stages[i] == &x) return whole_[i];
+    return whole_.front();
+  }
+  double full(const QueueStats& q) const { return steady ? q.steady_full : q.full; }
+  double empty(const QueueStats& q) const { return steady ? q.steady_empty : q.empty; }
+  std::vector<StageSpan> whole_;
+};
+
+// The edges out of stage `name`, and into it.
+template <class F>
+void each_output(const Snapshot& s, const std::string& name, F f) {
+  for (const auto& q : s.queues)
+    if (std::find(q.producers.begin(), q.producers.end(), name) != q.producers.end()) f(q);
+}
+
+}  // namespace
+
+std::string verdict_key(const Verdict& v) { return v.kind + "|" + v.stage; }
+
+Verdict analyze(const Snapshot& s, double saturated) {
+  View view{s, s.has_steady(), {}};
+  for (const auto& x : s.stages) view.whole_.push_back(x.whole_run());
+  Verdict v;
+  if (view.steady) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "steady state, last %.1f s", s.t_s - s.steady_from_s);
+    v.span = buf;
+  } else {
+    v.span = "whole run";
+  }
+  auto full_of = [&](const StageStats& st) {
+    const QueueStats* q = s.queue_of(st.name);
+    return q ? view.full(*q) : 0.0;
+  };
+  const StageStats* best = nullptr;
+  for (const auto& st : s.stages) {
+    const StageSpan& w = view.span(st);
+    if (w.seconds <= 0) continue;
+    if (!best || w.busy > view.span(*best).busy + 1e-9 ||
+        (std::abs(w.busy - view.span(*best).busy) <= 1e-9 && full_of(st) > full_of(*best)))
+      best = &st;
+  }
+  // Edges that alternate between a blocked producer and a starved consumer want more slack.
+  for (const auto& q : s.queues) {
+    const StageStats* c = s.stage(q.consumer);
+    for (const auto& pn : q.producers) {
+      const StageStats* p = s.stage(pn);
+      if (p && c && view.span(*p).blocked > 0.2 && view.span(*c).starved > 0.2)
+        v.notes.push_back("edge " + pn + " -> " + q.consumer + " is bursty: " + pn + " blocked " +
+                          pct(view.span(*p).blocked) + " while " + q.consumer + " starved " +
+                          pct(view.span(*c).starved) + "; try a larger queue (capacity = " +
+                          std::to_string(q.capacity * 2) + ")");
+    }
+  }
+  if (!best) {
+    v.kind = "none";
+    v.text = "no data yet";
+    return v;
+  }
+
+  // CPU: the arena's cores against what the CPU stages use of them. A stage "computes" over the
+  // window when its threads' CPU time is a fair part of its busy time (a sleeping delay stage
+  // is busy but does not compute); the cores are used up when the computing stages keep about
+  // all of them occupied, or their CPU time alone adds up to about all of them.
+  double cpu_cores = 0, computing_slots = 0;
+  const StageStats* costliest = nullptr;
+  for (const auto& st : s.stages) {
+    if (st.own_thread) continue;
+    const StageSpan& w = view.span(st);
+    if (w.seconds <= 0) continue;
+    cpu_cores += w.cpu_cores;
+    const double slots = w.busy * st.workers;
+    if (slots > 0 && w.cpu_cores >= 0.3 * slots) computing_slots += slots;
+    if (w.cpu_ms_per_item > 0 && (!costliest || w.cpu_ms_per_item > view.span(*costliest).cpu_ms_per_item))
+      costliest = &st;
+  }
+  const int cores = s.cores;
+  const bool cpu_bound = cores > 0 && (cpu_cores >= 0.85 * cores || computing_slots >= 0.9 * cores);
+  char buf[512];
+  std::string cpu_text;
+  if (cpu_bound) {
+    std::snprintf(buf, sizeof buf, "CPU-bound: %.1f of %d core%s busy with the CPU stages (their CPU time: %.1f cores)",
+                  std::min<double>(cores, std::max(computing_slots, cpu_cores)), cores, cores == 1 ? "" : "s",
+                  cpu_cores);
+    cpu_text = buf;
+    if (costliest) {
+      std::snprintf(buf, sizeof buf, "; %s spends the most CPU per item (%.3g ms)", costliest->name.c_str(),
+                    view.span(*costliest).cpu_ms_per_item);
+      cpu_text += buf;
+    }
+  }
+
+  const StageSpan& b = view.span(*best);
+  if (b.busy < saturated) {
+    if (cpu_bound) {
+      v.kind = "cpu";
+      v.stage = costliest ? costliest->name : "";
+      v.text = cpu_text + "; no stage is saturated: the stages wait for a core";
+      v.suggestion = "more workers will not help: a cheaper stage type, fewer workers on competing stages, or more cores";
+      return v;
+    }
+    // A stage whose workers are done but wait for an earlier item's turn (out-of-order results
+    // fill the ordered consumer's input) limits the graph as surely as a busy one.
+    const StageStats* waiting = nullptr;
+    for (const auto& st : s.stages) {
+      const StageSpan& w = view.span(st);
+      if (w.seconds > 0 && w.busy + w.order_wait >= saturated && w.order_wait > 0.1 &&
+          (!waiting || w.order_wait > view.span(*waiting).order_wait))
+        waiting = &st;
+    }
+    if (waiting) {
+      const StageSpan& w = view.span(*waiting);
+      std::string next;
+      int cap = 0;
+      each_output(s, waiting->name, [&](const QueueStats& q) {
+        if (next.empty()) next = q.consumer, cap = q.capacity;
+      });
+      if (next.empty()) next = "the next stage";
+      v.kind = "order";
+      v.stage = waiting->name;
+      std::snprintf(buf, sizeof buf,
+                    "%s: busy %s and waiting for its turn in order %s with %d worker%s: finished items wait for an "
+                    "earlier one before %s can take them in order",
+                    waiting->name.c_str(), pct(w.busy).c_str(), pct(w.order_wait).c_str(), waiting->workers,
+                    waiting->workers == 1 ? "" : "s", next.c_str());
+      v.text = buf;
+      v.suggestion = "a larger input queue for " + next + " (capacity = " + std::to_string(std::max(2, cap * 2)) +
+                     ") lets more items overtake a slow one; less variable time per item helps too";
+      return v;
+    }
+    double starved = 0, blocked = 0, order = 0, ready = 0, n = 0;
+    for (const auto& st : s.stages) {
+      const StageSpan& w = view.span(st);
+      if (w.seconds <= 0) continue;
+      starved += w.starved, blocked += w.blocked, order += w.order_wait, ready += w.ready, n += 1;
+    }
+    v.kind = "none";
+    std::snprintf(buf, sizeof buf,
+                  "no stage is saturated (busiest: %s at %s); idle time across the stages: waiting for input %s, "
+                  "on a full output %s, for their turn in order %s, for a core %s",
+                  best->name.c_str(), pct(b.busy).c_str(), pct(starved / n).c_str(), pct(blocked / n).c_str(),
+                  pct(order / n).c_str(), pct(ready / n).c_str());
+    v.text = buf;
+    v.suggestion = ready > std::max({starved, blocked, order}) ? "the stages wait for a core: other work shares the CPU"
+                                                                : "the pipeline has spare capacity at this load";
+    return v;
+  }
+
+  v.stage = best->name;
+  v.kind = best->source ? "source" : best->sink ? "sink" : "stage";
+  std::string text = best->name + ": busy " + pct(b.busy) + " with " + std::to_string(best->workers) +
+                     (best->workers == 1 ? " worker" : " workers");
+  if (const QueueStats* q = s.queue_of(best->name)) text += "; its input queue full " + pct(view.full(*q)) + " of the time";
+  // The consumer right after it that waited longest for input, and how much faster every stage
+  // downstream of it could go (the smallest capacity over demand among them).
+  const StageStats* hungriest = nullptr;
+  each_output(s, best->name, [&](const QueueStats& q) {
+    const StageStats* c = s.stage(q.consumer);
+    if (c && (!hungriest || view.span(*c).starved > view.span(*hungriest).starved)) hungriest = c;
+  });
+  double headroom = 0;
+  std::vector<std::string> todo{best->name}, seen{best->name};
+  while (!todo.empty()) {
+    std::string at = todo.back();
+    todo.pop_back();
+    each_output(s, at, [&](const QueueStats& q) {
+      if (std::find(seen.begin(), seen.end(), q.consumer) != seen.end()) return;
+      seen.push_back(q.consumer);
+      todo.push_back(q.consumer);
+      const StageStats* c = s.stage(q.consumer);
+      if (!c) return;
+      const StageSpan& w = view.span(*c);
+      if (w.in_per_s > 0 && w.capacity_per_s > 0) {
+        double h = w.capacity_per_s / w.in_per_s;
+        headroom = headroom == 0 ? h : std::min(headroom, h);
+      }
+    });
+  }
+  if (hungriest) text += "; " + hungriest->name + " waited for input " + pct(view.span(*hungriest).starved) + " of the time";
+  const double through = best->source ? b.out_per_s : b.in_per_s;
+  if (b.capacity_per_s > 0) {
+    text += "; it can do " + rate(b.capacity_per_s) + " with " + std::to_string(best->workers) +
+            (best->workers == 1 ? " worker" : " workers");
+    if (headroom > 100)
+      text += ", the stages after it could take over 100 times that";
+    else if (headroom > 0 && through > 0)
+      text += ", the stages after it could take " + rate(through * headroom);
+  }
+  if (v.kind == "source") text = "limited by source " + text;
+  if (v.kind == "sink") text = "limited by sink " + text;
+  if (cpu_bound && !best->own_thread) {
+    v.kind = "cpu";
+    v.text = cpu_text + "; " + text;
+    v.suggestion = "more " + best->name +
+                   " workers will not help: the cores are used up; a cheaper stage type, fewer workers on competing "
+                   "stages, or more cores";
+    return v;
+  }
+  v.text = text;
+  if (best->source)
+    v.suggestion = "the source is the limit, and more workers downstream will not help: a faster source (pre-tokenized "
+                   "data with read_tokens, faster storage) or a cheaper one";
+  else if (best->own_thread)
+    v.suggestion = "it owns a thread, so more workers are not an option: try a faster " + best->name +
+                   " stage type or less work per item";
+  else
+    v.suggestion = "try more " + best->name + " workers (workers = " + std::to_string(best->workers * 2) +
+                   ") or a faster stage type";
+  return v;
+}
+
+Verdict VerdictTracker::update(const Snapshot& s, bool& changed) {
+  changed = false;
+  Verdict v = analyze(s);
+  const std::string key = verdict_key(v);
+  if (!any_ || key == shown_key_ || s.finished) {
+    changed = any_ && key != shown_key_;
+    any_ = true;
+    shown_key_ = key;
+    pending_n_ = 0;
+    return v;
+  }
+  // A different verdict: shown once it has held for `dwell_` reports in a row.
+  pending_n_ = key == pending_key_ ? pending_n_ + 1 : 1;
+  pending_key_ = key;
+  if (pending_n_ >= dwell_) {
+    changed = true;
+    shown_key_ = key;
+    pending_n_ = 0;
+    return v;
+  }
+  // Keep naming the shown one, with this snapshot's numbers when it is a stage.
+  Verdict held = v;
+  auto bar = shown_key_.find('|');
+  held.kind = shown_key_.substr(0, bar);
+  held.stage = shown_key_.substr(bar + 1);
+  if (const StageStats* st = s.stage(held.stage)) {
+    const StageSpan& w = s.has_steady() && st->steady.seconds > 0 ? st->steady : st->whole_run();
+    held.text = held.stage + ": busy " + pct(w.busy) + " with " + std::to_string(st->workers) +
+                (st->workers == 1 ? " worker" : " workers") + " (held; " + v.stage + " may take over: " + v.text + ")";
+  } else {
+    held.text = v.text;
+  }
+  return held;
+}
+
+}  // namespace pipeline::graph

@@ -1,0 +1,352 @@
+// Tests for the flow-graph engine's mechanics (graph/flow_graph.h, graph/edge.cpp,
+// graph/invocation.cpp): threads shared in one arena, timed stages that hold no thread, the
+// bound of stages that emit several items per input, routing filters, resource pools,
+// batches of cheap items, workers = "auto", and the drain after stop().
+#include <doctest/doctest.h>
+
+#include <oneapi/tbb/info.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "graph/config.h"
+#include "graph/engine.h"
+#include "graph/stage.h"
+
+using namespace pipeline;
+using namespace pipeline::graph;
+using namespace std::chrono_literals;
+
+namespace {
+
+template <class F>
+void with_timeout(F f, int seconds = 30) {
+  auto fut = std::async(std::launch::async, std::move(f));
+  if (fut.wait_for(std::chrono::seconds(seconds)) != std::future_status::ready) {
+    std::fprintf(stderr, "DEADLOCK: engine did not finish within %d s\n", seconds);
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  fut.get();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int os_threads() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A CPU stage that burns `ms` of CPU per item and records how many of its kind run at once.
+std::atomic<int> g_burning{0}, g_burning_max{0};
+class Burn : public Stage {
+ public:
+  explicit Burn(const StageContext& ctx) : ms_(ctx.options.get_float("ms")) {}
+  void process(Item in, Emitter& out) override {
+    int now = g_burning.fetch_add(1) + 1;
+    int seen = g_burning_max.load();
+    while (now > seen && !g_burning_max.compare_exchange_weak(seen, now)) {
+    }
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(static_cast<int64_t>(ms_ * 1000));
+    volatile uint64_t x = 0;
+    while (std::chrono::steady_clock::now() < until) x = x + 1;
+    g_burning.fetch_sub(1);
+    out.emit_item(std::move(in));
+  }
+
+ private:
+  double ms_;
+};
+PIPELINE_STAGE(flow_burn, {.name = "flow_burn", .doc = "burns CPU, counting concurrent bodies", .input = any_port(),
+                           .output = any_port(), .options = config::Schema().floating("ms", 1.0, "ms per item"),
+                           .factory = make_factory<Burn>()});
+
+// 1 -> k: v becomes k*v, k*v+1, ..., k*v+k-1.
+class Fan : public Stage {
+ public:
+  explicit Fan(const StageContext& ctx) : k_(ctx.options.get_int("k")) {}
+  void process(Item in, Emitter& out) override {
+    int64_t v = in.get<int64_t>();
+    for (int64_t i = 0; i < k_; ++i) out.emit<int64_t>(k_ * v + i);
+  }
+
+ private:
+  int64_t k_;
+};
+PIPELINE_STAGE(flow_fan, {.name = "flow_fan", .doc = "1 -> k items", .input = port<int64_t>("int"),
+                          .output = port<int64_t>("int"), .options = config::Schema().integer("k", 3, "outputs"),
+                          .max_workers = 1, .factory = make_factory<Fan>()});
+
+// Collects integers in arrival order.
+std::mutex g_mu;
+std::vector<int64_t> g_seen;
+class Record : public Stage {
+ public:
+  explicit Record(const StageContext&) {}
+  void process(Item in, Emitter&) override {
+    std::lock_guard lock(g_mu);
+    g_seen.push_back(in.get<int64_t>());
+  }
+};
+PIPELINE_STAGE(flow_record, {.name = "flow_record", .doc = "records integers in order", .input = port<int64_t>("int"),
+                             .output = no_port(), .ordered = true, .max_workers = 1, .factory = make_factory<Record>()});
+
+// An own-thread producer of steps: passes integers on as fast as it can, counting them.
+std::atomic<int64_t> g_steps{0};
+class Steps : public Stage {
+ public:
+  explicit Steps(const StageContext&) {}
+  void process(Item in, Emitter& out) override {
+    g_steps.fetch_add(1);
+    out.emit_item(std::move(in));
+  }
+};
+PIPELINE_STAGE(flow_steps, {.name = "flow_steps", .doc = "own-thread pass-through, counting", .input = port<int64_t>("int"),
+                            .output = port<int64_t>("int"), .own_thread = true, .factory = make_factory<Steps>()});
+
+// A slow consumer that only wants every 10th integer (like eval, which only wants steps that
+// carry eval weights). It notes how many steps had passed when it finished its first item.
+std::atomic<int64_t> g_steps_at_first_eval{-1};
+class SlowEvery10 : public Stage {
+ public:
+  explicit SlowEvery10(const StageContext&) {}
+  void process(Item, Emitter&) override {
+    std::this_thread::sleep_for(100ms);
+    int64_t expected = -1;
+    g_steps_at_first_eval.compare_exchange_strong(expected, g_steps.load());
+  }
+};
+PIPELINE_STAGE(flow_slow_every10, {.name = "flow_slow_every10", .doc = "slow, wants every 10th integer",
+                                   .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
+                                   .accepts = [](const Item& it) { return it.get<int64_t>() % 10 == 0; },
+                                   .factory = make_factory<SlowEvery10>()});
+
+// A CPU stage gated by a pool of 2 resources: it takes one per input and sends its index on;
+// the own-thread stage downstream gives it back from another thread, later.
+std::shared_ptr<ResourcePool> g_pool;
+std::atomic<int> g_pool_out{0}, g_pool_out_max{0};
+class TakeResource : public Stage {
+ public:
+  explicit TakeResource(const StageContext&) { g_pool = std::make_shared<ResourcePool>(2); }
+  std::shared_ptr<ResourcePool> resource_pool() override { return g_pool; }
+  void process(Item, Emitter& out) override {
+    int index = g_pool->acquire();  // throws when the engine admitted an input with none free
+    int n = g_pool_out.fetch_add(1) + 1;
+    int seen = g_pool_out_max.load();
+    while (n > seen && !g_pool_out_max.compare_exchange_weak(seen, n)) {
+    }
+    out.emit<int64_t>(index);
+  }
+};
+PIPELINE_STAGE(flow_take_resource, {.name = "flow_take_resource", .doc = "takes a pooled resource per input",
+                                    .input = port<int64_t>("int"), .output = port<int64_t>("int"),
+                                    .factory = make_factory<TakeResource>()});
+class GiveBackLater : public Stage {
+ public:
+  explicit GiveBackLater(const StageContext&) {}
+  void process(Item in, Emitter&) override {
+    int index = static_cast<int>(in.get<int64_t>());
+    // Released from a thread that is neither the engine's nor TBB's (as a CUDA callback would).
+    std::thread([index] {
+      std::this_thread::sleep_for(2ms);
+      g_pool_out.fetch_sub(1);
+      g_pool->release(index);
+    }).detach();
+  }
+};
+PIPELINE_STAGE(flow_give_back_later, {.name = "flow_give_back_later", .doc = "gives the resource back later",
+                                      .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
+                                      .factory = make_factory<GiveBackLater>()});
+
+}  // namespace
+
+TEST_CASE("CPU stages share one arena: 4x the cores in workers run on about `cores` threads, and overlap") {
+  const int cores = tbb::info::default_concurrency();
+  const int w = std::max(1, 4 * cores / 3 + 1);  // three stages: more than 4x the cores in all
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{600});
+  g.add("a", "flow_burn", {"src"}, w, 16).set("ms", 0.3);
+  g.add("b", "flow_burn", {"a"}, w, 16).set("ms", 0.3);
+  g.add("c", "flow_burn", {"b"}, w, 16).set("ms", 0.3);
+  g.add("sink", "test_sink", {"c"}, 1, 16);
+  Engine e(std::move(g), {.batch = false});
+  g_burning_max = 0;
+  std::atomic<bool> running{true};
+  std::atomic<int> most{0};
+  const int before = os_threads();
+  std::thread counter([&] {
+    while (running) {
+      most = std::max(most.load(), os_threads());
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  with_timeout([&] { e.run(); });
+  running = false;
+  counter.join();
+  MESSAGE(3 * w << " workers on " << cores << " cores: at most " << most.load() << " threads (" << before
+                << " before the run), " << g_burning_max.load() << " bodies at once");
+  CHECK(e.snapshot().stage("sink")->items_in == 600);
+  // The run's own threads: the arena's workers (cores - 1 beside the caller), the monitor and the
+  // timer, plus this test's with_timeout and counter threads, which `before` already counts.
+  CHECK(most.load() <= before + cores + 3);
+  CHECK(most.load() < before + 3 * w);  // never a thread per worker
+  CHECK(g_burning_max.load() >= std::min(2, cores));  // stages ran at the same time
+}
+
+TEST_CASE("a timed stage holds items on a timer, not on threads: 8 delay workers overlap on any arena") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{32});
+  g.add("slow", "delay", {"src"}, 8, 8).set("ms", 100.0);
+  g.add("sink", "test_sink", {"slow"}, 1, 8);
+  Engine e(std::move(g), {.threads = 1});  // one arena thread for everything
+  auto t0 = std::chrono::steady_clock::now();
+  with_timeout([&] { e.run(); });
+  double s = seconds_since(t0);
+  MESSAGE("32 items x 100 ms with 8 delay workers on a 1-thread arena: " << s << " s (serial: 3.2 s)");
+  CHECK(e.snapshot().stage("sink")->items_in == 32);
+  CHECK(s < 1.6);  // 4 rounds of 8 in parallel take 0.4 s; a thread per held item would need 8
+}
+
+TEST_CASE("a stage that emits k items per input exceeds its edge's capacity by at most k - 1") {
+  for (int64_t k : {1, 3, 7}) {
+    GraphSpec g;
+    g.add("src", "test_source").set("count", int64_t{200});
+    g.add("fan", "flow_fan", {"src"}, 1, 4).set("k", k);
+    g.add("slow", "test_sink", {"fan"}, 1, 4).set("ms", 0.2);
+    Engine e(std::move(g), {.sample_interval = 1ms});
+    with_timeout([&] { e.run(); });
+    Snapshot s = e.snapshot();
+    const QueueStats* q = s.queue_of("slow");
+    REQUIRE(q);
+    INFO("k = " << k << ": high water " << q->high_water << " of capacity " << q->capacity);
+    CHECK(s.stage("slow")->items_in == 200 * k);
+    CHECK(q->high_water <= q->capacity + k - 1);
+    CHECK(q->high_water >= q->capacity);  // the slow sink did fill it
+  }
+}
+
+TEST_CASE("routing: a consumer that wants few items never holds its producer back on the others") {
+  g_steps = 0;
+  g_steps_at_first_eval = -1;
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{200});
+  g.add("train", "flow_steps", {"src"}, 1, 4);
+  g.add("log", "test_sink", {"train"}, 1, 4);
+  g.add("eval", "flow_slow_every10", {"train"}, 1, 2);  // 100 ms on every 10th step, queue of 2
+  Engine e(std::move(g));
+  with_timeout([&] { e.run(); });
+  Snapshot s = e.snapshot();
+  CHECK(s.stage("log")->items_in == 200);
+  CHECK(s.stage("eval")->items_in == 20);
+  // While eval spent 100 ms on step 0, train went on until eval's queue held two eval steps
+  // (10 and 20) and a third waited in train: about 30 steps, not the 3 a queue of every step allows.
+  MESSAGE("steps done when eval finished its first: " << g_steps_at_first_eval.load());
+  CHECK(g_steps_at_first_eval.load() >= 20);
+}
+
+TEST_CASE("a resource pool gates its stage: never more out than the pool holds, releases from any thread") {
+  g_pool_out = 0;
+  g_pool_out_max = 0;
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{300});
+  g.add("take", "flow_take_resource", {"src"}, 3, 8);
+  g.add("give", "flow_give_back_later", {"take"}, 1, 8);
+  Engine e(std::move(g));
+  with_timeout([&] { e.run(); });
+  CHECK(e.snapshot().stage("give")->items_in == 300);
+  CHECK(g_pool_out_max.load() <= 2);
+  CHECK(g_pool_out_max.load() >= 1);
+  for (int i = 0; i < 200 && g_pool->free_count() < 2; ++i) std::this_thread::sleep_for(5ms);
+  CHECK(g_pool->free_count() == 2);
+}
+
+TEST_CASE("batches of cheap items keep order and count, with and without batching") {
+  for (bool batch : {true, false}) {
+    {
+      std::lock_guard lock(g_mu);
+      g_seen.clear();
+    }
+    GraphSpec g;
+    g.add("src", "test_source").set("count", int64_t{20000});
+    g.add("fan", "flow_fan", {"src"}, 1, 64).set("k", int64_t{2});
+    g.add("pass", "delay", {"fan"}, 3, 64).set("ms", 0.0);  // parallel, so order is restored after it
+    g.add("rec", "flow_record", {"pass"}, 1, 64);
+    Engine e(std::move(g), {.batch = batch});
+    with_timeout([&] { e.run(); });
+    std::lock_guard lock(g_mu);
+    INFO("batch = " << batch);
+    REQUIRE(g_seen.size() == 40000);
+    bool in_order = true;
+    for (size_t i = 0; i < g_seen.size(); ++i) in_order &= g_seen[i] == static_cast<int64_t>(i);
+    CHECK(in_order);
+    // The documented bounds: the source's batches fit the credits (a couple of items of slack
+    // for limiter messages that cross); fan emits 2 items per input item, so up to 2 x 32 for
+    // one batch of 32 (capacity + 63); the parallel delay stage takes single items.
+    Snapshot s = e.snapshot();
+    CHECK(s.queue_of("fan")->high_water <= 64 + 2);
+    CHECK(s.queue_of("pass")->high_water <= 64 + 63);
+    CHECK(s.queue_of("rec")->high_water <= 64);
+  }
+}
+
+TEST_CASE("workers = \"auto\" takes the arena's size (capped by the type), from TOML and from code") {
+  auto doc = config::Document::parse(
+      "[stages.src]\ntype = \"test_source\"\ncount = 50\n[stages.work]\ntype = \"spin\"\ninput = \"src\"\n"
+      "workers = \"auto\"\nms = 0\n[stages.out]\ntype = \"test_ordered_sink\"\ninput = \"work\"\nworkers = \"auto\"\n",
+      "auto.toml");
+  Engine e(GraphSpec::from_config(doc), {.threads = 3});
+  with_timeout([&] { e.run(); });
+  Snapshot s = e.snapshot();
+  CHECK(s.stage("work")->workers == 3);
+  CHECK(s.stage("out")->workers == 1);  // test_ordered_sink allows one
+  CHECK(s.stage("out")->items_in == 50);
+  CHECK(e.dot().find("spin  xauto") != std::string::npos);
+  // A bad value names the key and what is accepted.
+  try {
+    auto bad = config::Document::parse("[stages.src]\ntype = \"test_source\"\nworkers = \"many\"\n", "bad.toml");
+    Engine b(GraphSpec::from_config(bad));
+    FAIL("no error");
+  } catch (const config::ConfigError& err) {
+    CHECK(std::string(err.what()).find("bad.toml:3: [stages.src] workers: expected an integer or \"auto\"") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("options set from code get the same checks as TOML, choices included") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{-5});
+  CHECK_THROWS_WITH_AS(Engine(std::move(g)), doctest::Contains("count: expected a value >= 0, got -5"),
+                       config::ConfigError);
+  GraphSpec g2;
+  g2.add("src", "test_source").set("count", std::string("ten"));
+  CHECK_THROWS_WITH_AS(Engine(std::move(g2)), doctest::Contains("count: expected an integer, got \"ten\""),
+                       config::ConfigError);
+}
+
+TEST_CASE("stop() drains whatever is in flight, however long it takes (no grace limit by default)") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{1} << 40);
+  g.add("slow", "delay", {"src"}, 1, 12).set("ms", 40.0);
+  g.add("sink", "test_sink", {"slow"});
+  Engine e(std::move(g));
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    e.stop();
+  });
+  with_timeout([&] { e.run(); });
+  stopper.join();
+  Snapshot s = e.snapshot();
+  CHECK(s.status == "stopped");
+  CHECK(s.stage("sink")->items_in == s.stage("src")->items_out);  // nothing dropped
+  CHECK(s.stage("sink")->items_in >= 10);  // the queued items outlived the stop by well over 100 ms
+}

@@ -1,0 +1,289 @@
+// Tests for the bottleneck verdict (graph/verdict.cpp) and autotune (graph/autotune.cpp) on
+// graphs of synthetic stages whose bottleneck is known by construction: a slow middle stage,
+// source or sink, a wide stage behind a narrow one, jitter, CPU-bound spin stages, an ordered
+// consumer behind parallel workers; the steady-state window, hysteresis, and the rule that a
+// blocked source is never "the limit". Timings are chosen with wide margins (the slow stage is
+// at least twice as slow as the next one), so a loaded machine changes the numbers, not the
+// answer.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "graph/autotune.h"
+#include "graph/engine.h"
+#include "graph/stage.h"
+#include "graph/verdict.h"
+
+using namespace pipeline::graph;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Runs the graph with a short steady-state window, and returns its final snapshot.
+Snapshot run_graph(GraphSpec g, EngineOptions opts = {}) {
+  opts.sample_interval = 2ms;
+  opts.report_interval = 100ms;
+  if (opts.steady_window == EngineOptions{}.steady_window) opts.steady_window = 1500ms;
+  Engine e(std::move(g), opts);
+  auto fut = std::async(std::launch::async, [&] { e.run(); });
+  if (fut.wait_for(60s) != std::future_status::ready) {
+    std::fprintf(stderr, "DEADLOCK: engine did not finish within 60 s\n");
+    std::_Exit(3);
+  }
+  fut.get();
+  return e.final_snapshot();
+}
+
+Verdict judged(const Snapshot& s) {
+  Verdict v = s.verdict;
+  MESSAGE("[" << v.kind << "] " << v.text << " | " << v.suggestion << " | " << v.span);
+  return v;
+}
+
+bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// A snapshot built by hand: one stage per (name, busy, starved, blocked) over a steady window.
+StageStats stage(const std::string& name, double busy, double starved, double blocked, bool source = false,
+                 bool sink = false) {
+  StageStats x;
+  x.name = name;
+  x.type = "delay";
+  x.source = source;
+  x.sink = sink;
+  x.wall_s = 10;
+  x.busy_s = busy * 10;
+  x.starved_s = starved * 10;
+  x.blocked_s = blocked * 10;
+  x.items_in = x.items_out = 1000;
+  x.steady = x.whole_run();
+  return x;
+}
+
+// Passes items through, sleeping 20 ms per item for its first 2 s (a warm-up), 0.2 ms after.
+class SlowStart : public Stage {
+ public:
+  explicit SlowStart(const StageContext&) {}
+  void process(Item in, Emitter& out) override {
+    auto now = std::chrono::steady_clock::now();
+    if (!started_) t0_ = now, started_ = true;
+    std::this_thread::sleep_for(now - t0_ < 2s ? 20ms : 200us);
+    out.emit_item(std::move(in));
+  }
+
+ private:
+  bool started_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
+PIPELINE_STAGE(test_slow_start, {.name = "test_slow_start", .doc = "slow for 2 s, then fast",
+                                 .input = any_port(), .output = any_port(),
+                                 .factory = make_factory<SlowStart>()});
+
+}  // namespace
+
+TEST_CASE("a slow middle stage is named, with its rate and what comes after it") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{400});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 5.0);
+  g.add("B", "delay", {"A"}, 1, 8).set("ms", 1.5);
+  g.add("sink", "test_sink", {"B"}, 1, 8);
+  Verdict v = judged(run_graph(std::move(g)));
+  CHECK(v.kind == "stage");
+  CHECK(v.stage == "A");
+  CHECK(has(v.text, "with 1 worker"));
+  CHECK(has(v.text, "it can do "));  // capacity in items/s
+  CHECK(has(v.text, "the stages after it could take"));
+  CHECK(has(v.span, "steady state"));
+  CHECK(has(v.suggestion, "more A workers (workers = 2)"));
+}
+
+TEST_CASE("a slow source is named as the limit, and only because it is busy") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{300}).set("ms", 6.0);
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 1.0);
+  g.add("sink", "test_sink", {"A"}, 1, 8);
+  Snapshot s = run_graph(std::move(g));
+  Verdict v = judged(s);
+  CHECK(v.kind == "source");
+  CHECK(v.stage == "src");
+  CHECK(has(v.text, "limited by source src: busy"));
+  CHECK(s.stage("src")->steady.busy >= 0.8);
+}
+
+TEST_CASE("a slow sink is named as the limit") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{300});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 1.0);
+  g.add("sink", "test_sink", {"A"}, 1, 8).set("ms", 6.0);
+  Verdict v = judged(run_graph(std::move(g)));
+  CHECK(v.kind == "sink");
+  CHECK(v.stage == "sink");
+  CHECK(has(v.text, "limited by sink sink"));
+}
+
+TEST_CASE("a narrow stage in front of a wide one is the limit, not the wide one with more work per item") {
+  // A: 4 ms on 1 worker = 250/s. B: 10 ms on 4 workers = 400/s, so B is busy about 62%.
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{500});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 4.0);
+  g.add("B", "delay", {"A"}, 4, 8).set("ms", 10.0);
+  g.add("sink", "test_sink", {"B"}, 1, 8);
+  Snapshot s = run_graph(std::move(g));
+  Verdict v = judged(s);
+  CHECK(v.kind == "stage");
+  CHECK(v.stage == "A");
+  CHECK(s.stage("B")->steady.busy < s.stage("A")->steady.busy);
+}
+
+TEST_CASE("a stage with jitter is named by its mean, not by a lucky moment") {
+  // A holds 1 ms + up to 9 ms (5.5 ms on average); B a steady 2 ms.
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{350});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 1.0).set("jitter_ms", 9.0).set("seed", int64_t{3});
+  g.add("B", "delay", {"A"}, 1, 8).set("ms", 2.0);
+  g.add("sink", "test_sink", {"B"}, 1, 8);
+  Verdict v = judged(run_graph(std::move(g)));
+  CHECK(v.kind == "stage");
+  CHECK(v.stage == "A");
+}
+
+TEST_CASE("CPU-bound: spin stages on every core of the arena are reported as the cores being used up") {
+  // One arena thread, two spin stages with three workers each: more workers cannot help.
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{250});
+  g.add("S1", "spin", {"src"}, 3, 8).set("ms", 2.0);
+  g.add("S2", "spin", {"S1"}, 3, 8).set("ms", 4.0);
+  g.add("sink", "test_sink", {"S2"}, 1, 8);
+  Snapshot s = run_graph(std::move(g), {.threads = 1});
+  Verdict v = judged(s);
+  CHECK(s.cores == 1);
+  CHECK(v.kind == "cpu");
+  CHECK(has(v.text, "CPU-bound: "));
+  CHECK(has(v.text, "of 1 core busy"));
+  CHECK(has(v.text, "S2 spends the most CPU per item"));
+  CHECK(has(v.suggestion, "will not help"));
+  CHECK(s.stage("S2")->steady.cpu_ms_per_item > s.stage("S1")->steady.cpu_ms_per_item);
+}
+
+TEST_CASE("sleeping stages on every worker are not CPU-bound") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{300});
+  g.add("A", "delay", {"src"}, 2, 8).set("ms", 10.0);
+  g.add("sink", "test_sink", {"A"}, 1, 8);
+  Verdict v = judged(run_graph(std::move(g), {.threads = 1}));
+  CHECK(v.kind == "stage");
+  CHECK(v.stage == "A");
+}
+
+TEST_CASE("an ordered stage behind parallel workers: waiting for the turn of a slow item is order wait, not blocked") {
+  // A's items take 1..21 ms at random on 4 workers; the ordered sink is instant but takes them
+  // in order, so finished items wait for a slow earlier one and fill its small input queue.
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{500});
+  g.add("A", "delay", {"src"}, 4, 8).set("ms", 1.0).set("jitter_ms", 20.0).set("seed", int64_t{5});
+  g.add("sink", "test_ordered_sink", {"A"}, 1, 2);
+  Snapshot s = run_graph(std::move(g));
+  Verdict v = judged(s);
+  const StageSpan& a = s.stage("A")->steady;
+  MESSAGE("A busy " << a.busy << " order wait " << a.order_wait << " blocked " << a.blocked);
+  CHECK(a.order_wait > 0.1);
+  CHECK(a.blocked < 0.05);
+  CHECK(v.stage == "A");
+  CHECK((v.kind == "order" || v.kind == "stage"));
+  if (v.kind == "order") CHECK(has(v.suggestion, "larger input queue for sink"));
+}
+
+TEST_CASE("a short run is judged over the whole run, and says so") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{40});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 6.0);
+  g.add("sink", "test_sink", {"A"}, 1, 8);
+  Verdict v = judged(run_graph(std::move(g)));
+  CHECK(v.span == "whole run");
+  CHECK(v.stage == "A");
+}
+
+TEST_CASE("the steady-state window leaves out a slow start") {
+  // B is slow (20 ms per item) for its first 2 s, a warm-up, then fast; A is a steady 4 ms.
+  // Over the whole run no stage looks saturated; over the steady state A is the limit.
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{600});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 4.0);
+  g.add("B", "test_slow_start", {"A"}, 1, 8);
+  g.add("sink", "test_sink", {"B"}, 1, 8);
+  Snapshot s = run_graph(std::move(g), {.steady_window = 1500ms});
+  Verdict v = judged(s);
+  CHECK(has(v.span, "steady state, last 1."));
+  CHECK(s.steady_from_s > 1.9);
+  CHECK(v.stage == "A");
+  CHECK(s.stage("B")->whole_run().busy > s.stage("B")->steady.busy + 0.2);
+  Snapshot whole = s;
+  whole.steady_from_s = -1;
+  Verdict w = analyze(whole);
+  MESSAGE("whole run: [" << w.kind << "] " << w.text);
+  CHECK(w.span == "whole run");
+  CHECK_FALSE((w.kind == "stage" && w.stage == "A"));
+}
+
+TEST_CASE("a blocked source is never the limit; the table and the verdict agree") {
+  // The input side as the issue saw it: read blocked 88%, tokenize busy 64% waiting for order.
+  Snapshot s;
+  s.t_s = 10;
+  s.steady_from_s = 0;
+  s.stages.push_back(stage("read", 0.12, 0.0, 0.88, true));
+  s.stages.push_back(stage("tokenize", 0.64, 0.0, 0.0));
+  s.stages.back().order_wait_s = 3.6;
+  s.stages.back().steady = s.stages.back().whole_run();
+  s.stages.push_back(stage("pack", 0.30, 0.70, 0.0));
+  s.stages.push_back(stage("sink", 0.05, 0.95, 0.0, false, true));
+  Verdict v = analyze(s);
+  MESSAGE(v.text);
+  CHECK(v.kind != "source");
+  CHECK(v.stage != "read");
+  CHECK(v.kind == "order");
+  CHECK(v.stage == "tokenize");
+
+  // Both cores busy with the CPU stages: the verdict says CPU-bound whatever the busiest is.
+  s.cores = 2;
+  for (auto& x : s.stages) {
+    x.cpu_s = x.busy_s * 2.5;  // tokenize's 1.6 cores, read's 0.3, ...
+    x.steady = x.whole_run();
+  }
+  v = analyze(s);
+  MESSAGE(v.text);
+  CHECK(v.kind == "cpu");
+  CHECK(has(v.text, "of 2 cores busy"));
+}
+
+TEST_CASE("the live verdict does not flicker: a new verdict shows only after it has held") {
+  Snapshot a;
+  a.t_s = 10;
+  a.steady_from_s = 0;
+  a.stages.push_back(stage("src", 0.1, 0, 0.9, true));
+  a.stages.push_back(stage("X", 0.95, 0.05, 0));
+  a.stages.push_back(stage("Y", 0.85, 0.15, 0, false, true));
+  Snapshot b = a;
+  b.stages[1] = stage("X", 0.84, 0.16, 0);
+  b.stages[2] = stage("Y", 0.90, 0.10, 0, false, true);
+  REQUIRE(analyze(a).stage == "X");
+  REQUIRE(analyze(b).stage == "Y");
+  VerdictTracker t(3);
+  bool changed = false;
+  CHECK(t.update(a, changed).stage == "X");
+  CHECK_FALSE(changed);
+  // Alternating snapshots: Y never holds for three reports in a row, so X stays.
+  for (int i = 0; i < 6; ++i) {
+    CHECK(t.update(i % 2 ? a : b, changed).stage == "X");
+    CHECK_FALSE(changed);
+  }
+  // Y holds: it takes over on the third report.
+  CHECK(t.update(b, changed).stage == "X");
+  CHECK(t.update(b, changed).stage == "X");
+  CHECK_FALSE(changed);
+  CHECK(t.update(b, changed).stage == "Y");
+  CHECK(changed);
+}
