@@ -22,23 +22,7 @@ namespace {
 
 using test_util::contains;
 
-struct Result {
-  int code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-Result sh(const std::string& args) {
-  std::string cmd = std::string(PIPELINE_EXE) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+test_util::ShellResult sh(const std::string& args) { return test_util::shell(std::string(PIPELINE_EXE) + " " + args); }
 
 fs::path temp_dir(const std::string& tag) {
   auto d = fs::temp_directory_path() / ("pipeline_cli_" + std::to_string(::getpid()) + "_" + tag);

@@ -2,8 +2,6 @@
 // the tiny model on CUDA with [run] backend = "nccl", and its weights must match one process
 // training the same batches with grad_accum = (number of ranks) on one GPU (a one-rank NCCL group
 // with one GPU). Exits 77 (CTest: skipped) without CUDA or torchrun.
-#include <sys/wait.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -19,6 +17,7 @@
 
 using namespace train_harness;
 using test_util::contains;
+using test_util::shell;
 
 namespace {
 
@@ -30,23 +29,6 @@ const int kGpus = [] {
   }
   return static_cast<int>(std::min<size_t>(2, torch::cuda::device_count()));
 }();
-
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 model::CheckpointState last_checkpoint(const fs::path& run_dir) {
   auto ckpt = stages::latest_checkpoint(run_dir);
@@ -62,14 +44,14 @@ TEST_CASE("NCCL ranks on CUDA train what one process trains") {
   const std::string sets = " --set training.steps=6 --set run.device=\\\"cuda\\\" --set run.backend=\\\"nccl\\\"";
   auto cfg = root / "dp.toml";
   std::ofstream(cfg) << tiny_config(root / "dp", kTextInput, data.string());
-  auto dp = sh(kTorchrun + " --standalone --no-python --nproc-per-node=" + std::to_string(kGpus) + " " PIPELINE_EXE
+  auto dp = shell(kTorchrun + " --standalone --no-python --nproc-per-node=" + std::to_string(kGpus) + " " PIPELINE_EXE
                " run " + cfg.string() + sets);
   INFO(dp.out);
   REQUIRE(dp.code == 0);
   CHECK(contains(dp.out, "data parallel: " + std::to_string(kGpus) + " ranks, nccl"));
   auto one_cfg = root / "one.toml";
   std::ofstream(one_cfg) << tiny_config(root / "one", kTextInput, data.string());
-  auto one = sh(std::string(PIPELINE_EXE) + " run " + one_cfg.string() + sets + " --set training.grad_accum=" +
+  auto one = shell(std::string(PIPELINE_EXE) + " run " + one_cfg.string() + sets + " --set training.grad_accum=" +
                 std::to_string(kGpus));
   INFO(one.out);
   REQUIRE(one.code == 0);
