@@ -97,6 +97,7 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
        << ",\"steady\":";
     span_json(os, x.steady);
+    if (x.rank >= 0) os << ",\"rank\":" << x.rank;
     os << "}";
   }
   os << "],\"queues\":[";
@@ -167,6 +168,7 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.device_busy_s = x.number("device_busy_s");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
+    st.rank = static_cast<int>(x.number("rank", -1));
     st.steady = span_from_json(x.find("steady"));
     s.stages.push_back(std::move(st));
   }

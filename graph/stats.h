@@ -37,6 +37,7 @@ struct StageStats {
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
   // Over the last report window (live view): rate and busy share.
   double window_items_per_s = 0, window_busy = 0;
+  int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)
   /// Over the steady-state window (see Snapshot::steady_from_s).
   StageSpan steady;
 

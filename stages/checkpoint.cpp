@@ -11,6 +11,7 @@
 #include <string>
 
 #include "graph/stage.h"
+#include "stages/data_parallel.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -33,7 +34,13 @@ class Checkpoint : public graph::Stage {
     auto path = dir / name;
     try {
       fs::create_directories(dir);
-      model::write_checkpoint(path.string(), *r.checkpoint);
+      if (rc_.dp) {  // data parallel: the checkpoint also holds every other rank's data cursor
+        auto state = *r.checkpoint;
+        state.metadata = rc_.dp->complete_checkpoint_metadata(state.step, state.metadata);
+        model::write_checkpoint(path.string(), state);
+      } else {
+        model::write_checkpoint(path.string(), *r.checkpoint);
+      }
     } catch (const std::exception& e) {
       write_failed(r.checkpoint->step, e.what());
       return;

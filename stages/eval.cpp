@@ -28,8 +28,9 @@ namespace {
 
 class Eval : public graph::Stage {
  public:
-  explicit Eval(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
-    if (rc_.cfg.eval.every <= 0) return;
+  explicit Eval(const graph::StageContext& ctx)
+      : rc_(require_run_context(ctx.name)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
+    if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
     load_validation();
     // Built here, while the graph is built, not in initialize(): module constructors draw from
     // the global CPU generator, and train draws its dropout masks from it once it runs.
@@ -37,7 +38,7 @@ class Eval : public graph::Stage {
   }
 
   void initialize() override {
-    if (rc_.cfg.eval.every <= 0) return;
+    if (!active_) return;
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       c10::cuda::set_device(rc_.device.index());
@@ -174,6 +175,7 @@ class Eval : public graph::Stage {
   }
 
   RunContext& rc_;
+  bool active_;
   model::GPT model_{nullptr};
   torch::Tensor val_;
   int64_t n_batches_ = 0;

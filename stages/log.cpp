@@ -65,7 +65,10 @@ class Log : public graph::Stage {
     timed_s_ = elapsed;
     double tok_s = steps_timed > 0 && elapsed > 0 ? static_cast<double>(steps_timed * r.tokens) / elapsed : 0;
     double ms_step = steps_timed > 0 ? 1000.0 * elapsed / static_cast<double>(steps_timed) : dt * 1000;
-    double mfu = rc_.device.is_cuda() ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12) : 0;
+    // Per device: tokens/s counts every data-parallel rank's tokens, each rank has one device.
+    double mfu = rc_.device.is_cuda()
+                     ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12 * rc_.partition.world)
+                     : 0;
     const int64_t total = rc_.cfg.training.steps;
     double eta = tok_s > 0 ? static_cast<double>((total - r.step) * r.tokens) / tok_s : NAN;
 

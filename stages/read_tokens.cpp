@@ -19,7 +19,7 @@ class ReadTokens : public graph::Stage {
     auto [dir, split] = source_dataset(rc_, ctx.options);
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
-    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop);
+    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
   }
 
   bool produce(graph::Emitter& out) override {

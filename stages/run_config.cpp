@@ -17,7 +17,16 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024)
         .boolean("autotune", false,
                  "move every CPU stage's workers and every edge's capacity toward the bottleneck while the run goes "
-                 "(stages and edges set to \"auto\" are tuned anyway)");
+                 "(stages and edges set to \"auto\" are tuned anyway)")
+        .string("backend", "auto",
+                "data parallel under torchrun: collectives on nccl (CUDA) or gloo (CPU); auto: nccl on CUDA, else gloo",
+                {"auto", "nccl", "gloo"})
+        .floating("dist_timeout_s", 600, "data parallel: how long a rank waits for the others (start-up, collectives)",
+                  1, 1e6)
+        .floating("dist_heartbeat_s", 60, "data parallel: a rank whose heartbeat stops this long is reported as gone",
+                  1, 1e6)
+        .floating("dist_bucket_mb", 25, "data parallel: size of the gradient buckets all-reduced during backward",
+                  0.001, 1e5);
     s.emplace_back("model");
     s.back()
         .string("preset", "gpt2", "model size: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a small CPU preset")
@@ -119,8 +128,11 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   };
 
   auto run = sec("run");
-  rc.run = {run.get_string("name"), run.get_string("dir"), run.get_int("seed"), run.get_string("device"),
-            run.get_int("threads"), run.get_bool("autotune")};
+  rc.run = {run.get_string("name"),        run.get_string("dir"),
+            run.get_int("seed"),            run.get_string("device"),
+            run.get_int("threads"),         run.get_bool("autotune"),
+            run.get_string("backend"),      run.get_float("dist_timeout_s"),
+            run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb")};
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),

@@ -19,6 +19,11 @@ struct RunSection {
   std::string device = "auto";  // auto | cpu | cuda
   int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)
   bool autotune = false;        // tune every CPU stage's workers and every edge's capacity
+  // Data parallel (under torchrun):
+  std::string backend = "auto";  // auto | nccl | gloo
+  double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)
+  double dist_heartbeat_s = 60;  // a rank silent this long is reported as gone
+  double dist_bucket_mb = 25;    // gradient all-reduce bucket size
 };
 
 struct ModelSection {

@@ -14,6 +14,7 @@
 #include "model/optim.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
+#include "stages/data_parallel.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
 
@@ -69,6 +70,9 @@ class Train : public graph::Stage {
     if (t.cuda_graph && !rc_.device.is_cuda())
       throw std::invalid_argument("[training] cuda_graph = true needs CUDA, but the run is on " + rc_.device.str() +
                                   " (set it to false, or [run] device = \"cuda\" on a machine with a GPU)");
+    if (t.cuda_graph && rc_.dp)
+      throw std::invalid_argument("[training] cuda_graph = true is not supported with several ranks yet (the captured "
+                                  "step has no gradient all-reduce): set it to false under torchrun");
     if (t.cuda_graph && !rc_.cfg.optimizer.fused)
       throw std::invalid_argument("[training] cuda_graph = true needs [optimizer] fused = true (the captured step is "
                                   "the fused AdamW)");
@@ -102,6 +106,11 @@ class Train : public graph::Stage {
       model::restore(state, model_, opt_.get());
     }
     for (auto& p : model_->parameters()) params_.push_back(p);
+    // Data parallel: every rank starts from rank 0's weights; gradients are averaged in backward.
+    if (rc_.dp) {
+      sync_ = std::make_unique<TrainSync>(*rc_.dp, cfg, params_);
+      rc_.log->print(sync_->describe_buckets());
+    }
     sched_ = model::LrSchedule{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps, cfg.training.steps};
     step_ = rc_.start_step;
     cursor_ = rc_.start;
@@ -115,6 +124,9 @@ class Train : public graph::Stage {
 
   void process(graph::Item in, graph::Emitter& out) override {
     if (done_) return;  // the run has its steps: what is still queued is not needed
+    const auto accum = rc_.cfg.training.grad_accum;
+    const bool last_micro_batch = micro_ + 1 == accum;
+    if (sync_ && !sync_->before_forward(last_micro_batch)) return stop_with_the_others(out);
     auto b = in.take<Batch>();
     if (!timing_) {
       timing_ = std::make_shared<StepTiming>();
@@ -127,7 +139,7 @@ class Train : public graph::Stage {
       graphs_->micro_batch(tokens, micro_);
       clock.end();
     } else {
-      forward_backward(tokens, b, clock);
+      forward_backward(tokens, b, clock, last_micro_batch);
     }
     cursor_ = b.after;
     if (++micro_ < rc_.cfg.training.grad_accum) return;
@@ -139,17 +151,30 @@ class Train : public graph::Stage {
     // Stopped before the last step (Ctrl-C, or the data ran out with loop = false): record where
     // we are so `--resume` continues from here. A partial accumulation is dropped; its batches
     // are read again on resume because the cursor is that of the last completed step.
-    if (done_ || !rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
+    if (done_) return;
+    if (sync_) sync_->end_of_input();  // data parallel: the other ranks stop after this step too
+    emit_final_checkpoint(out);
+  }
+
+ private:
+  void emit_final_checkpoint(graph::Emitter& out) {
+    if (!rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
     StepResult r;
     r.step = step_;
     r.last = true;
     r.cursor = step_cursor_;
     r.issued = std::chrono::steady_clock::now();
-    r.checkpoint = snapshot();
+    if (!sync_ || sync_->checkpoint_here(step_, step_cursor_)) r.checkpoint = snapshot();
     out.emit(std::move(r));
   }
 
- private:
+  // Data parallel: the ranks agreed to stop before this step (a stop request or a rank out of
+  // data), so every rank checkpoints the same step.
+  void stop_with_the_others(graph::Emitter& out) {
+    emit_final_checkpoint(out);
+    finish();
+  }
+
   // The batch's window where this thread's stream can read it.
   torch::Tensor on_device(Batch& b) {
 #ifdef PIPELINE_HAVE_CUDA
@@ -171,7 +196,7 @@ class Train : public graph::Stage {
     return b.tokens;
   }
 
-  void forward_backward(const torch::Tensor& tokens, Batch& b, PhaseClock& clock) {
+  void forward_backward(const torch::Tensor& tokens, Batch& b, PhaseClock& clock, bool last_micro_batch) {
     const auto accum = rc_.cfg.training.grad_accum;
     clock.begin("fwd");
     auto [x, y] = batch_inputs(tokens, b.B, b.T);  // (B, T) int64 each, widened on this stream
@@ -185,6 +210,7 @@ class Train : public graph::Stage {
     if (accum > 1) loss = loss / static_cast<double>(accum);
     clock.end();
     clock.begin("bwd");
+    if (sync_) sync_->before_backward(loss, last_micro_batch);  // all-reduce buckets as gradients fill
     loss.backward();  // outside autocast, as in PyTorch
     clock.end();
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
@@ -215,19 +241,21 @@ class Train : public graph::Stage {
 
     StepResult r;
     r.step = step_;
-    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum;
+    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum * rc_.partition.world;  // all ranks
     r.lr = lr;
     r.cursor = cursor_;
     r.last = step_ >= cfg.training.steps;
     r.timing = std::move(timing_);
-    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last)) {
+    if (sync_) sync_->average(loss_sum_, norm, r);  // the logged loss and norm: means over the ranks
+    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last) && rc_.writer()) {
       auto w = std::make_shared<EvalWeights>();
       w->step = step_;
       torch::NoGradGuard no_grad;
       for (const auto& p : model_->named_parameters()) w->weights.emplace_back(p.key(), p.value().detach().clone());
       r.eval = std::move(w);
     }
-    if ((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end))
+    if (((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end)) &&
+        (!sync_ || sync_->checkpoint_here(step_, step_cursor_)))
       r.checkpoint = snapshot();
     if (rc_.device.is_cuda()) {
       auto pinned = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true);
@@ -276,6 +304,7 @@ class Train : public graph::Stage {
   }
 
   void finish() {
+    if (sync_) sync_->finish();
     done_ = true;
     rc_.input_done.store(true);  // sources stop; what is in flight drains and is dropped here
   }
@@ -293,6 +322,7 @@ class Train : public graph::Stage {
   torch::Tensor loss_sum_;
   std::shared_ptr<StepTiming> timing_;  // the step being issued
   DataCursor cursor_, step_cursor_;
+  std::unique_ptr<TrainSync> sync_;  // data parallel only
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

@@ -7,6 +7,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "stages/data_parallel.h"
+
 namespace pipeline::stages {
 
 namespace {
@@ -67,7 +69,13 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
 }
 
 std::chrono::nanoseconds wait_ready(const StepResult& r) {
-  return r.done ? r.done->wait() : std::chrono::nanoseconds(0);
+  std::chrono::nanoseconds waited = r.done ? r.done->wait() : std::chrono::nanoseconds(0);
+  if (r.reduced) {  // data parallel on the CPU: the all-reduce of loss and norm
+    const auto t0 = std::chrono::steady_clock::now();
+    r.reduced->wait();
+    waited += std::chrono::steady_clock::now() - t0;
+  }
+  return waited;
 }
 
 std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T) {
@@ -96,7 +104,7 @@ double StepTiming::total_ms() const {
   return total;
 }
 
-RunLog::RunLog(std::filesystem::path run_dir) : dir_(std::move(run_dir)) {
+RunLog::RunLog(std::filesystem::path run_dir, bool print) : dir_(std::move(run_dir)), print_(print) {
   if (!dir_.empty()) {
     auto path = dir_ / "metrics.jsonl";
     metrics_ = std::fopen(path.c_str(), "a");
@@ -109,6 +117,7 @@ RunLog::~RunLog() {
 }
 
 void RunLog::print(const std::string& line) {
+  if (!print_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (printer_) {
     printer_(line);
@@ -134,6 +143,14 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
   return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
+}
+
+bool RunContext::writer() const { return !dp || dp->writer(); }
+
+datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
+  datasets::DatasetReaderOptions o;
+  o.partition = rc.partition;
+  return o;
 }
 
 namespace {

@@ -25,9 +25,11 @@
 
 #include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
+#include "datasets/partition.h"
 #include "graph/json.h"
 #include "model/checkpoint.h"
 #include "model/device_event.h"
+#include "model/dist_group.h"
 #include "model/gpt2.h"
 #include "stages/run_config.h"
 
@@ -129,6 +131,7 @@ struct StepResult {
   torch::Tensor loss, grad_norm;  // 0-dim fp32, host
   std::shared_ptr<model::DeviceEvent> done;  // CUDA, or null when loss/norm are ready
   std::shared_ptr<const StepTiming> timing;  // null for a checkpoint-only result
+  std::shared_ptr<dist::Work> reduced;  // data parallel on the CPU: the all-reduce averaging them
   std::chrono::steady_clock::time_point issued;  // when train finished issuing the step
   bool last = false;
   std::shared_ptr<const EvalWeights> eval;                  // every eval.every steps
@@ -136,14 +139,16 @@ struct StepResult {
   DataCursor cursor;                                         // where the data continues after this step
 };
 
-/// Blocks (sleeping) until a StepResult's device values are on the host; returns the time
-/// waited (zero on CPU).
+/// Blocks (sleeping) until a StepResult's loss and norm are on the host and, with several ranks,
+/// averaged; returns the time waited (zero on one CPU process).
 std::chrono::nanoseconds wait_ready(const StepResult& r);
 
 /// Serialized writes of progress lines and metrics from several stages.
 class RunLog {
  public:
-  explicit RunLog(std::filesystem::path run_dir);
+  /// An empty run_dir writes no metrics.jsonl; print = false prints nothing (data-parallel ranks
+  /// other than 0, which train without speaking).
+  explicit RunLog(std::filesystem::path run_dir, bool print = true);
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -158,7 +163,10 @@ class RunLog {
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;
   std::function<void(const std::string&)> printer_;
+  bool print_ = true;
 };
+
+class DataParallel;
 
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
@@ -174,7 +182,16 @@ struct RunContext {
   std::atomic<int64_t> last_step{0};     // steps completed, for the final message
   std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
   std::mutex mu;
+  // Data parallel (launched by torchrun): this rank's share of the data and the group. Without
+  // torchrun, the whole data and null.
+  datasets::Partition partition;
+  std::shared_ptr<DataParallel> dp;
+  /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
+  bool writer() const;
 };
+
+/// What a source stage passes to its dataset reader: this rank's partition of the data.
+datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 
 /// The dataset directory and split a source stage reads: its own `dataset`/`split` options
 /// when set, else [data] dataset and train_split.

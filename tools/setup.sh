@@ -31,7 +31,8 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # 1. Debian packages (only the missing ones; apt is not touched when all are present).
 PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
           libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev libicu-dev
-          nlohmann-json3-dev libssl-dev zlib1g-dev zstd clang libfuzzer-14-dev)
+          nlohmann-json3-dev libssl-dev zlib1g-dev zstd clang libfuzzer-14-dev
+          libgloo-dev)  # gloo's headers, for c10d's Gloo backend (its code is in LibTorch)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
