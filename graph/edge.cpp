@@ -150,7 +150,7 @@ bool Credits::full() const {
 }
 
 void EdgeRt::count_in(int64_t k) {
-  int64_t n = load.fetch_add(k, std::memory_order_relaxed) + k;
+  int64_t n = load.fetch_add(k) + k;  // seq_cst: the end-of-stream protocol reads it (invocation.cpp)
   int64_t hw = high_water.load(std::memory_order_relaxed);
   while (n > hw && !high_water.compare_exchange_weak(hw, n, std::memory_order_relaxed)) {
   }

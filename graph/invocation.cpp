@@ -111,7 +111,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     resource_reserved_ = st.pool != nullptr;
     if (st.ordered_commit) bundle_ = std::make_shared<Bundle>();
   }
-  st.running.fetch_add(1, std::memory_order_acq_rel);
+  st.running.fetch_add(1);
   counted_running_ = true;
   if (rt.opts.stats) {
     t_start_ = now_ns();
@@ -172,9 +172,21 @@ void Invocation::finalize_source() {
 
 // Who finalizes, without a lock: the invocation that takes the last end-of-stream marker
 // sets finalize_pending, then whichever invocation finds itself the only one running with the
-// flag set claims it (compare-and-swap), either that same invocation at once or the last of the
-// others in complete(). Since every invocation decrements `running` before it looks at the
-// flag, and the marker's invocation looks after setting it, one of them always sees both.
+// flag set and nothing left on the stage's input edges claims it (compare-and-swap), either
+// that same invocation at once or the last of the others in complete(). Since every invocation
+// decrements `running` before it looks at the flag, and the marker's invocation looks after
+// setting it, one of them always sees both.
+//
+// The input edges matter because an admitted input is not running yet: its task may wait in a
+// worker's deque (oneTBB runs the newest first) while later inputs, the marker among them, run.
+// Its items stay on the edge (`load`) until its invocation has started (counted in `running`)
+// and takes them, so reading the loads before `running` never misses it.
+static bool inputs_idle(const StageRt& st) {
+  for (const EdgeRt* e : st.inputs)
+    if (e->load.load() != 0) return false;
+  return true;
+}
+
 static bool claim_finalize(StageRt& st) {
   bool expected = true;
   return st.finalize_pending.compare_exchange_strong(expected, false, std::memory_order_acq_rel);
@@ -184,8 +196,8 @@ void Invocation::end_of_input() {
   if (st_.eos_seen.fetch_add(1, std::memory_order_acq_rel) + 1 < static_cast<int>(st_.inputs.size())) return;
   st_.eos_seq = seq_;
   skip_bundle_ = true;  // unless finalized here: another invocation sends the end-of-stream bundle
-  st_.finalize_pending.store(true, std::memory_order_release);
-  if (st_.running.load(std::memory_order_acquire) == 1 && claim_finalize(st_)) {
+  st_.finalize_pending.store(true);
+  if (inputs_idle(st_) && st_.running.load() == 1 && claim_finalize(st_)) {
     skip_bundle_ = false;
     finalize_and_end(false);
   }
@@ -210,8 +222,8 @@ void Invocation::finalize_and_end(bool deferred) {
 
 void Invocation::complete() {
   counted_running_ = false;
-  if (st_.running.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-      st_.finalize_pending.load(std::memory_order_acquire) && claim_finalize(st_))
+  const bool idle = inputs_idle(st_);  // before leaving `running` (see claim_finalize)
+  if (st_.running.fetch_sub(1) == 1 && idle && st_.finalize_pending.load() && claim_finalize(st_))
     finalize_and_end(true);
   flush();
   for (size_t i = 0; i < st_.outputs.size(); ++i)

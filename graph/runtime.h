@@ -145,7 +145,7 @@ struct EdgeRt {
   void count_in(int64_t n = 1);
   /// The consumer took a packet of `n` items (or one marker) off the edge.
   void take(int64_t n) {
-    load.fetch_sub(n, std::memory_order_relaxed);
+    load.fetch_sub(n);  // seq_cst: the end-of-stream protocol reads it (invocation.cpp)
     credits.release(n);
   }
   int capacity() const { return static_cast<int>(credits.bound()); }
