@@ -7,7 +7,7 @@
 // goes on from there, so a finished run's file is its token stream, interruptions or not (an
 // interrupted run's may end with batches read ahead of its last step). Insert it after pack (on
 // host tensors), e.g.
-//   --set stages.rec.type=record_batches --set stages.rec.input=pack --set stages.pin.input=rec
+//   --set stages.rec.type=record_batches --set stages.rec.input=pack --set stages.h2d.input=rec
 #include <cstdio>
 
 #include "graph/stage.h"
@@ -46,8 +46,9 @@ class RecordBatches : public graph::Stage {
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& b = in.get<Batch>();
     if (b.index >= end_index_) return out.emit_item(std::move(in));  // read ahead of the last step
-    auto x = b.x.to(torch::kCPU).to(torch::kInt64).contiguous();  // (B, T); a copy only when on the device
-    const int64_t* p = x.data_ptr<int64_t>();
+    // x: the window's first B*T tokens (a copy only when on the device).
+    auto x = b.tokens.narrow(0, 0, b.B * b.T).to(torch::kCPU).to(torch::kInt32).contiguous();
+    const int32_t* p = x.data_ptr<int32_t>();
     ids_.resize(static_cast<size_t>(x.numel()));
     for (size_t i = 0; i < ids_.size(); ++i) ids_[i] = static_cast<uint16_t>(p[i]);
     if (std::fwrite(ids_.data(), sizeof(uint16_t), ids_.size(), file_) != ids_.size() || std::fflush(file_) != 0)

@@ -69,7 +69,7 @@ std::string config(const fs::path& run_dir, const fs::path& data) {
 
 std::vector<std::string> common_sets() {
   return {"training.steps=" + std::to_string(kSteps), "run.threads=1", "checkpoint.every=2",
-          "stages.pin.input=\"rec\"", "run.dist_timeout_s=60", "run.dist_heartbeat_s=10"};
+          "stages.h2d.input=\"rec\"", "run.dist_timeout_s=60", "run.dist_heartbeat_s=10"};
 }
 
 struct Launch {
@@ -269,9 +269,9 @@ TEST_CASE("a killed rank is named by the other, which exits; a resume continues 
   auto& f = fixture();
   auto cfg = write_config(f.root, "killed", f.data);
   auto sets = common_sets();
-  // Slow the steps down (pack -> delay -> pin) so there is time to kill a rank mid-run.
+  // Slow the steps down (pack -> delay -> h2d) so there is time to kill a rank mid-run.
   for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
-                        "stages.pin.input=\"slow\""})
+                        "stages.h2d.input=\"slow\""})
     sets.push_back(s);
   auto l = torchrun(cfg, false, sets, f.root / "killed.log");
   REQUIRE_MESSAGE(wait_for_file(f.root / "killed" / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
@@ -305,7 +305,7 @@ TEST_CASE("Ctrl-C on torchrun stops every rank after the same step, with a check
   auto cfg = write_config(f.root, "stopped", f.data);
   auto sets = common_sets();
   for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
-                        "stages.pin.input=\"slow\"", "checkpoint.every=0"})
+                        "stages.h2d.input=\"slow\"", "checkpoint.every=0"})
     sets.push_back(s);
   auto l = torchrun(cfg, false, sets, f.root / "stopped.log");
   // The first step's metrics line: training is under way.
