@@ -149,7 +149,7 @@ void Invocation::process(Item item) {
   bump(c_->in);
   if (!batching_) items_ = 1;
   if (rt_.failing()) return;
-  if (rt_.stopping() && st_.type->on_stop == OnStop::discard) {
+  if (rt_.stopping() && st_.discard_on_stop) {
     bump(c_->discarded);
     return;
   }

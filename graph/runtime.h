@@ -180,7 +180,8 @@ struct StageRt {
   std::type_index out_type = typeid(void);
   std::string out_port;
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
-  bool renumber_input = false;  // several inputs and ordered_commit: a serial node numbers them
+  bool renumber_input = false;
+  bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)  // several inputs and ordered_commit: a serial node numbers them
   int max_workers = 1;          // worker slots (the limiter threshold)
   int start_workers = 1;        // the concurrency the run starts with
   bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)

@@ -241,7 +241,8 @@ class Stage {
 
 enum class OnStop {
   finish,   // on a stop request, process what is already queued (default)
-  discard,  // on a stop request, drop queued inputs unprocessed (counted as discarded)
+  discard,  // on a stop request, drop queued inputs unprocessed (counted as discarded); so do the
+            // stages whose every output leads only to discarding stages
 };
 
 /// A registered stage type.

@@ -158,7 +158,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   } else if (req.create_run_dir) {
     ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
                                             : fs::path(ctx->cfg.run.dir);
-    if (fs::exists(ctx->run_dir / "checkpoints") && !fs::is_empty(ctx->run_dir / "checkpoints"))
+    if (!latest_checkpoint(ctx->run_dir).empty())  // (temporaries a killed writer left do not count)
       throw std::runtime_error(ctx->run_dir.string() +
                                " already holds a run with checkpoints; continue it with --resume " +
                                ctx->run_dir.string() + ", or choose another [run] dir");
