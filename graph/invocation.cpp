@@ -149,7 +149,7 @@ void Invocation::process(Item item) {
   bump(c_->in);
   if (!batching_) items_ = 1;
   if (rt_.failing()) return;
-  if (rt_.stopping() && st_.discard_on_stop) {
+  if (st_.discard_on_stop && (rt_.stopping() || rt_.winding_down.load(std::memory_order_relaxed))) {
     bump(c_->discarded);
     return;
   }
@@ -584,6 +584,7 @@ void dispatch(StageRt& st, const Packet& p) {
 
 void Emitter::emit_item(Item item) { impl_->emit(std::move(item)); }
 bool Emitter::stop_requested() const { return impl_->runtime().stopping(); }
+void Emitter::wind_down() { impl_->runtime().winding_down.store(true, std::memory_order_relaxed); }
 void Emitter::hold_for(std::chrono::nanoseconds d) { impl_->hold_for(d); }
 void Emitter::add_device_wait(std::chrono::nanoseconds d) { impl_->add_device_wait(d); }
 void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d) {

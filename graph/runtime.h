@@ -257,6 +257,7 @@ struct Runtime {
   int threads = 1;  // the arena's size
 
   std::atomic<int> stop_level{0};
+  std::atomic<bool> winding_down{false};  // Emitter::wind_down: drop what only discarding stages would get
   std::atomic<bool> aborted{false};
   int64_t t0 = 0;
   std::mutex timer_mu;           // guards timer (an abort may come from the monitor during teardown)

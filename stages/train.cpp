@@ -172,7 +172,7 @@ class Train : public graph::Stage {
   // data), so every rank checkpoints the same step.
   void stop_with_the_others(graph::Emitter& out) {
     emit_final_checkpoint(out);
-    finish();
+    finish(&out);
   }
 
   // The batch's window where this thread's stream can read it.
@@ -272,7 +272,7 @@ class Train : public graph::Stage {
     loss_sum_ = torch::Tensor();
     r.issued = std::chrono::steady_clock::now();
     rc_.last_step.store(step_);
-    if (r.last) finish();
+    if (r.last) finish(&out);
     out.emit(std::move(r));
   }
 
@@ -303,7 +303,8 @@ class Train : public graph::Stage {
                      " kernel, not flash or cuDNN attention: expect a slower step and more memory");
   }
 
-  void finish() {
+  void finish(graph::Emitter* out = nullptr) {
+    if (out) out->wind_down();  // what is in flight towards train is dropped, not drained
     if (sync_) sync_->finish();
     done_ = true;
     rc_.input_done.store(true);  // sources stop; what is in flight drains and is dropped here
