@@ -29,6 +29,9 @@ void MixedTextReader::open(const std::vector<MixSource>& sources, const std::str
                          " must be a positive number");
     total += s.weight;
   }
+  options.partition.check();
+  partition_ = options.partition;
+  options.partition = {};  // each source is read whole: the mix partitions its draws
   readers_ = std::vector<TextDatasetReader>(sources.size());
   cumulative_.clear();
   double acc = 0;
@@ -44,12 +47,15 @@ void MixedTextReader::open(const std::vector<MixSource>& sources, const std::str
 }
 
 void MixedTextReader::next(std::string& document, size_t* source) {
-  double u = static_cast<double>(mix64(seed_ ^ mix64(draws_)) >> 11) * 0x1.0p-53;  // [0, 1)
-  size_t i = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
-  i = std::min(i, readers_.size() - 1);
-  if (!readers_[i].next(document)) throw DatasetError("dataset mix: source " + std::to_string(i) + " ran dry");
-  ++draws_;
-  if (source) *source = i;
+  for (;;) {  // with a partition, other ranks' draws are read and dropped
+    double u = static_cast<double>(mix64(seed_ ^ mix64(draws_)) >> 11) * 0x1.0p-53;  // [0, 1)
+    size_t i = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+    i = std::min(i, readers_.size() - 1);
+    if (!readers_[i].next(document)) throw DatasetError("dataset mix: source " + std::to_string(i) + " ran dry");
+    if (!partition_.owns(draws_++)) continue;
+    if (source) *source = i;
+    return;
+  }
 }
 
 MixPosition MixedTextReader::position() const {

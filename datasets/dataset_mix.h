@@ -1,6 +1,7 @@
 // Weighted mixing of several text datasets: draw k picks source i with probability
 // weight_i / sum(weights), decided by a hash of (seed, k), so a mix is reproducible and
-// resumable from (draws, each source's position) without storing any RNG state.
+// resumable from (draws, each source's position) without storing any RNG state. With a
+// data-parallel partition in the options, draw k goes to rank k % world (see partition.h).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@ struct MixSource {
 };
 
 struct MixPosition {
-  uint64_t draws = 0;                    // documents handed out so far
+  uint64_t draws = 0;                    // documents drawn so far (by every rank, when partitioned)
   std::vector<DatasetPosition> sources;  // one per source, in source order
   bool operator==(const MixPosition&) const = default;
 };
@@ -36,6 +37,7 @@ class MixedTextReader {
   std::vector<TextDatasetReader> readers_;
   std::vector<double> cumulative_;  // normalised cumulative weights
   uint64_t seed_ = 0, draws_ = 0;
+  Partition partition_;
 };
 
 }  // namespace pipeline::datasets

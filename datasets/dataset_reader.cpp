@@ -70,6 +70,17 @@ void SplitCursor::open(const std::filesystem::path& manifest_dir, const std::str
   verified_.assign(shards_.size(), options.verify != VerifyMode::while_reading);
   if (manifest_.items(split) == 0 && manifest_.documents(split) == 0)
     throw DatasetError(source + ": split \"" + split + "\" holds no data");
+  options.partition.check();
+  first_document_.clear();
+  uint64_t documents = 0;
+  for (const ShardInfo& info : shards_) {
+    first_document_.push_back(documents);
+    documents += info.documents;
+  }
+  if (documents <= options.partition.rank)
+    throw DatasetError(source + ": split \"" + split + "\" holds " + std::to_string(documents) +
+                       " documents, too few to give one to each of " + std::to_string(options.partition.world) +
+                       " data-parallel ranks (rank " + std::to_string(options.partition.rank) + " would read nothing)");
   bool at_epoch_end = start.shard == shards_.size() && start.item == 0;
   if (start.shard > shards_.size() || (start.shard == shards_.size() && !at_epoch_end))
     throw DatasetError(source + ": position " + start.str() + " is past the split \"" + split + "\", which has " +
@@ -88,7 +99,24 @@ void SplitCursor::open(const std::filesystem::path& manifest_dir, const std::str
   open_ = true;
   if (!at_epoch_end && start.item > 0) {
     current();
-    reader_->skip(start.item);
+    if (kind == ShardKind::tokens && partitioned())
+      skip_filtered(start.item);
+    else
+      reader_->skip(start.item);
+  }
+}
+
+void SplitCursor::skip_filtered(uint64_t tokens) {
+  // The filter must see every skipped token to know which document the position falls in.
+  uint16_t scratch[4096];
+  for (uint64_t left = tokens; left > 0;) {
+    size_t want = static_cast<size_t>(std::min<uint64_t>(left, std::size(scratch)));
+    size_t n = reader_->read_tokens(std::span<uint16_t>(scratch, want));
+    if (n == 0)
+      throw DatasetError(reader_->path().string() + ": cannot skip " + std::to_string(tokens) +
+                         " tokens: the shard ends after " + std::to_string(tokens - left));
+    filter_.filter(std::span<const uint16_t>(scratch, n), scratch);
+    left -= n;
   }
 }
 
@@ -103,6 +131,8 @@ ShardReader* SplitCursor::current() {
   }
   bool hash = !verified_[position_.shard];
   reader_ = std::make_unique<ShardReader>(dir_ / shards_[position_.shard].name, kind_, hash);
+  if (kind_ == ShardKind::tokens && partitioned())
+    filter_ = TokenDocumentFilter(options_.partition, first_document_[position_.shard], kShardEotId);
   const ShardInfo& info = shards_[position_.shard];
   const ShardHeader& h = reader_->header();
   if (h.documents != info.documents || h.items != info.items)
@@ -140,9 +170,11 @@ bool TextDatasetReader::next(std::string& document) {
   for (;;) {
     ShardReader* r = c_.current();
     if (!r) return false;
+    const bool mine = c_.owns_next_document();  // another rank's documents are read and dropped
     if (r->next_document(document)) {
       c_.consumed(1);
-      return true;
+      if (mine) return true;
+      continue;
     }
     c_.shard_done();
   }
@@ -178,9 +210,11 @@ size_t TokenDatasetReader::read(std::span<uint16_t> out) {
   while (filled < out.size()) {
     ShardReader* r = c_.current();
     if (!r) break;
-    size_t n = r->read_tokens(out.subspan(filled));
+    auto room = out.subspan(filled);
+    size_t n = r->read_tokens(room);
     c_.consumed(n);
-    filled += n;
+    // Partitioned: keep this rank's documents, compacting them to the front of `room`.
+    filled += c_.partitioned() ? c_.filter_.filter(room.first(n), room.data()) : n;
     if (r->finished()) c_.shard_done();
   }
   return filled;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "datasets/manifest.h"
+#include "datasets/partition.h"
 #include "datasets/shard.h"
 
 namespace pipeline::datasets {
@@ -30,6 +31,9 @@ struct DatasetPosition {
 
 struct DatasetReaderOptions {
   VerifyMode verify = VerifyMode::on_open;
+  /// Data-parallel ranks: read only this rank's documents (partition.h). Positions still count
+  /// every document (text) or token (tokens) of the shard, so they mean the same on every rank.
+  Partition partition = {};
 };
 
 namespace detail {
@@ -43,7 +47,12 @@ class SplitCursor {
   ShardReader* current();
   /// The current shard ended: check its hash if asked, move to the next.
   void shard_done();
+  /// Tokens, partitioned: skips `tokens` tokens of the current shard through the filter.
+  void skip_filtered(uint64_t tokens);
   void consumed(uint64_t items) { position_.item += items; }
+  /// Text: whether the partition owns the document at the current position.
+  bool owns_next_document() const { return options_.partition.owns(first_document_[position_.shard] + position_.item); }
+  bool partitioned() const { return !options_.partition.whole(); }
 
   DatasetPosition position_;
   Manifest manifest_;
@@ -57,6 +66,8 @@ class SplitCursor {
   DatasetReaderOptions options_;
   ShardKind kind_ = ShardKind::text;
   size_t high_water_ = 0;
+  std::vector<uint64_t> first_document_;  // per shard: global index of its first document
+  TokenDocumentFilter filter_;            // tokens, partitioned: the current shard's filter
 };
 }  // namespace detail
 

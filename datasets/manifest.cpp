@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "datasets/llmc_reader.h"
+#include "graph/atomic_file.h"
 #include "graph/json.h"
 
 namespace pipeline::datasets {
@@ -195,14 +196,7 @@ Manifest Manifest::load(const std::filesystem::path& dir_or_file) {
 }
 
 void Manifest::save(const std::filesystem::path& dir) const {
-  std::filesystem::path file = dir / kManifestFileName;
-  std::filesystem::path tmp = dir / (std::string(kManifestFileName) + ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << to_json();
-    if (!out) throw DatasetError(tmp.string() + ": cannot write the manifest");
-  }
-  std::filesystem::rename(tmp, file);  // readers never see a half-written manifest
+  write_file_atomic(dir / kManifestFileName, to_json());  // readers never see a half-written manifest
 }
 
 void verify_split(const std::filesystem::path& dir, const Manifest& manifest, const std::string& split,

@@ -1,19 +1,27 @@
-// SHA-256 (FIPS 180-4), written here so datasets/ needs no crypto library just to check
-// shard integrity. Incremental: feed bytes as they stream past, then take the digest.
+// SHA-256 of byte strings and files, for shard integrity (the hashes in manifest.json).
+// OpenSSL's libcrypto does the hashing (with SHA-NI where the CPU has it); this wrapper keeps its
+// headers out of the rest of datasets/. Incremental: feed bytes as they stream past, then take
+// the digest.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
+
+struct evp_md_ctx_st;
 
 namespace pipeline::datasets {
 
 class Sha256 {
  public:
   Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
   void update(const void* data, size_t size);
   void update(std::string_view s) { update(s.data(), s.size()); }
   /// Finishes the hash; the object must not be updated afterwards.
@@ -22,11 +30,10 @@ class Sha256 {
   std::string hex_digest();
 
  private:
-  void compress(const uint8_t* block);
-  std::array<uint32_t, 8> state_;
-  std::array<uint8_t, 64> block_{};
-  size_t block_used_ = 0;
-  uint64_t total_bytes_ = 0;
+  struct FreeCtx {
+    void operator()(evp_md_ctx_st* ctx) const;
+  };
+  std::unique_ptr<evp_md_ctx_st, FreeCtx> ctx_;
 };
 
 /// Hex SHA-256 of a byte string.

@@ -61,14 +61,14 @@ const char* shard_kind_name(ShardKind kind) { return kind == ShardKind::text ? "
 // ---------------------------------------------------------------------------------------------
 // ShardWriter
 
+void ZstdCCtxFree::operator()(ZSTD_CCtx_s* ctx) const { ZSTD_freeCCtx(ctx); }
+void ZstdDCtxFree::operator()(ZSTD_DCtx_s* ctx) const { ZSTD_freeDCtx(ctx); }
+
 ShardWriter::ShardWriter(const std::filesystem::path& path, ShardKind kind, ShardWriterOptions options)
-    : path_(path), kind_(kind) {
-  file_ = std::fopen(path.c_str(), "wb");
-  if (!file_) throw DatasetError(path.string() + ": cannot create shard: " + std::strerror(errno));
-  cctx_ = ZSTD_createCCtx();
+    : path_(path), kind_(kind), file_(path), cctx_(ZSTD_createCCtx()) {
   if (!cctx_) throw DatasetError(path.string() + ": cannot allocate a zstd compression context");
-  size_t r = ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, options.level);
-  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx_, ZSTD_c_checksumFlag, 1);
+  size_t r = ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_compressionLevel, options.level);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx_.get(), ZSTD_c_checksumFlag, 1);
   if (ZSTD_isError(r))
     throw DatasetError(path.string() + ": zstd rejected level " + std::to_string(options.level) + ": " +
                        ZSTD_getErrorName(r));
@@ -78,30 +78,16 @@ ShardWriter::ShardWriter(const std::filesystem::path& path, ShardKind kind, Shar
   put_u32(header + 4, kShardHeaderBytes - 8);
   std::memcpy(header + 8, magic_of(kind), 8);
   put_u32(header + 16, kShardFormatVersion);
-  write_out(header, sizeof header);
-}
-
-ShardWriter::~ShardWriter() {
-  if (cctx_) ZSTD_freeCCtx(cctx_);
-  if (file_) {  // not finished: an incomplete shard must not be mistaken for a good one
-    std::fclose(file_);
-    std::error_code ec;
-    std::filesystem::remove(path_, ec);
-  }
-}
-
-void ShardWriter::write_out(const void* data, size_t size) {
-  if (size > 0 && std::fwrite(data, 1, size, file_) != size)
-    throw DatasetError(path_.string() + ": write failed: " + std::strerror(errno));
+  file_.write(header, sizeof header);
 }
 
 void ShardWriter::compress(const void* data, size_t size) {
   ZSTD_inBuffer in{data, size, 0};
   while (in.pos < in.size) {
     ZSTD_outBuffer out{out_buf_.data(), out_buf_.size(), 0};
-    size_t r = ZSTD_compressStream2(cctx_, &out, &in, ZSTD_e_continue);
+    size_t r = ZSTD_compressStream2(cctx_.get(), &out, &in, ZSTD_e_continue);
     if (ZSTD_isError(r)) throw DatasetError(path_.string() + ": zstd compression failed: " + ZSTD_getErrorName(r));
-    write_out(out_buf_.data(), out.pos);
+    file_.write(out_buf_.data(), out.pos);
   }
   payload_bytes_ += size;
 }
@@ -136,25 +122,25 @@ void ShardWriter::add_document(std::span<const uint32_t> tokens) {
 }
 
 ShardWriter::Summary ShardWriter::finish() {
+  if (finished_) throw DatasetError(path_.string() + ": finish() called twice");
   for (;;) {
     ZSTD_inBuffer in{nullptr, 0, 0};
     ZSTD_outBuffer out{out_buf_.data(), out_buf_.size(), 0};
-    size_t r = ZSTD_compressStream2(cctx_, &out, &in, ZSTD_e_end);
+    size_t r = ZSTD_compressStream2(cctx_.get(), &out, &in, ZSTD_e_end);
     if (ZSTD_isError(r)) throw DatasetError(path_.string() + ": zstd compression failed: " + ZSTD_getErrorName(r));
-    write_out(out_buf_.data(), out.pos);
+    file_.write(out_buf_.data(), out.pos);
     if (r == 0) break;
   }
   unsigned char counts[16];
   put_u64(counts, documents_);
   put_u64(counts + 8, items_);
-  if (std::fseek(file_, 24, SEEK_SET) != 0) throw DatasetError(path_.string() + ": seek failed");
-  write_out(counts, sizeof counts);
-  std::FILE* f = file_;
-  file_ = nullptr;
-  if (std::fclose(f) != 0) throw DatasetError(path_.string() + ": close failed: " + std::strerror(errno));
+  file_.write_at(24, counts, sizeof counts);
+  const uint64_t bytes = file_.size();
+  file_.commit();
+  finished_ = true;
   Summary s;
   s.path = path_;
-  s.bytes = std::filesystem::file_size(path_);
+  s.bytes = bytes;
   s.documents = documents_;
   s.items = items_;
   s.sha256 = sha256_file_hex(path_);
@@ -167,11 +153,11 @@ ShardWriter::Summary ShardWriter::finish() {
 ShardReader::ShardReader(const std::filesystem::path& path, ShardKind expected_kind, bool hash)
     : path_(path), kind_(expected_kind) {
   if (hash) hash_ = std::make_unique<Sha256>();
-  file_ = std::fopen(path.c_str(), "rb");
+  file_.reset(std::fopen(path.c_str(), "rb"));
   if (!file_) throw DatasetError(path.string() + ": cannot open shard: " + std::strerror(errno));
 
   unsigned char h[kShardHeaderBytes];
-  size_t n = std::fread(h, 1, sizeof h, file_);
+  size_t n = std::fread(h, 1, sizeof h, file_.get());
   file_bytes_read_ = n;
   if (hash_) hash_->update(h, n);
   unsigned char expected[16];
@@ -202,13 +188,13 @@ ShardReader::ShardReader(const std::filesystem::path& path, ShardKind expected_k
     fail("wrong format version at byte offset 16: found version " + std::to_string(header_.version) +
          ", this build reads version " + std::to_string(kShardFormatVersion));
 
-  dctx_ = ZSTD_createDCtx();
+  dctx_.reset(ZSTD_createDCtx());
   if (!dctx_) fail("cannot allocate a zstd decompression context");
   in_buf_.resize(ZSTD_DStreamInSize());
   out_buf_.resize(ZSTD_DStreamOutSize());
 
   // The frame must carry a content checksum: it is what turns a flipped byte into an error.
-  in_end_ = std::fread(in_buf_.data(), 1, in_buf_.size(), file_);
+  in_end_ = std::fread(in_buf_.data(), 1, in_buf_.size(), file_.get());
   file_bytes_read_ += in_end_;
   if (hash_) hash_->update(in_buf_.data(), in_end_);
   if (in_end_ < 6)
@@ -219,12 +205,7 @@ ShardReader::ShardReader(const std::filesystem::path& path, ShardKind expected_k
     fail("corrupt: no zstd frame at byte offset 40 (found " + hex_bytes(f, 4) + ", expected 28 b5 2f fd)");
   if ((f[4] & 0x04) == 0)
     fail("the zstd frame at byte offset 40 has no content checksum; shards must be written with checksums on");
-  high_water_ = in_buf_.capacity() + out_buf_.capacity() + ZSTD_sizeof_DCtx(dctx_);
-}
-
-ShardReader::~ShardReader() {
-  if (dctx_) ZSTD_freeDCtx(dctx_);
-  if (file_) std::fclose(file_);
+  high_water_ = in_buf_.capacity() + out_buf_.capacity() + ZSTD_sizeof_DCtx(dctx_.get());
 }
 
 void ShardReader::fail(const std::string& what) const { throw DatasetError(path_.string() + ": " + what); }
@@ -236,9 +217,10 @@ bool ShardReader::refill() {
   for (;;) {
     if (in_pos_ == in_end_) {
       in_pos_ = 0;
-      in_end_ = std::fread(in_buf_.data(), 1, in_buf_.size(), file_);
+      in_end_ = std::fread(in_buf_.data(), 1, in_buf_.size(), file_.get());
       if (in_end_ == 0) {
-        if (std::ferror(file_)) fail("read error at byte offset " + std::to_string(file_bytes_read_));
+        if (std::ferror(file_.get()))
+          fail("read error at byte offset " + std::to_string(file_bytes_read_) + ": " + std::strerror(errno));
         fail("truncated: file ends at byte offset " + std::to_string(file_bytes_read_) +
              " inside the zstd frame (the frame is incomplete; the file was cut short)");
       }
@@ -248,13 +230,13 @@ bool ShardReader::refill() {
     uint64_t chunk_start = compressed_offset();
     ZSTD_inBuffer in{in_buf_.data(), in_end_, in_pos_};
     ZSTD_outBuffer out{out_buf_.data(), out_buf_.size(), 0};
-    size_t r = ZSTD_decompressStream(dctx_, &out, &in);
+    size_t r = ZSTD_decompressStream(dctx_.get(), &out, &in);
     in_pos_ = in.pos;
     if (ZSTD_isError(r))
       fail("corrupt compressed data between byte offsets " + std::to_string(chunk_start) + " and " +
            std::to_string(compressed_offset()) + ": zstd: " + ZSTD_getErrorName(r) +
            " (after " + std::to_string(payload_read_ + out.pos) + " uncompressed bytes)");
-    high_water_ = std::max(high_water_, in_buf_.capacity() + out_buf_.capacity() + ZSTD_sizeof_DCtx(dctx_));
+    high_water_ = std::max(high_water_, in_buf_.capacity() + out_buf_.capacity() + ZSTD_sizeof_DCtx(dctx_.get()));
     out_pos_ = 0;
     out_end_ = out.pos;
     if (r == 0) {
@@ -263,7 +245,7 @@ bool ShardReader::refill() {
       size_t trailing = in_end_ - in_pos_;
       char probe[4096];
       size_t more;
-      while ((more = std::fread(probe, 1, sizeof probe, file_)) > 0) {
+      while ((more = std::fread(probe, 1, sizeof probe, file_.get())) > 0) {
         trailing += more;
         file_bytes_read_ += more;
         if (hash_) hash_->update(probe, more);
@@ -318,11 +300,19 @@ bool ShardReader::next_document(std::string& document) {
     fail("document " + std::to_string(documents_read_) + " at uncompressed offset " + std::to_string(payload_read_ - 4) +
          " claims " + std::to_string(length) + " bytes but the header declares only " +
          std::to_string(header_.items - items_read_) + " text bytes left");
-  document.resize(length);
-  got = read_payload(document.data(), length);
-  if (got < length)
-    fail("stream ends inside document " + std::to_string(documents_read_) + " (" + std::to_string(got) + " of " +
-         std::to_string(length) + " bytes)");
+  // Grown as the bytes arrive rather than sized from the (untrusted) length prefix up front: a
+  // corrupt prefix must end in a clear error, not in a multi-gigabyte allocation.
+  document.clear();
+  size_t have = 0;
+  while (have < length) {
+    const size_t take = std::min<size_t>(length - have, size_t(1) << 20);
+    document.resize(have + take);
+    got = read_payload(document.data() + have, take);
+    have += got;
+    if (got < take)
+      fail("stream ends inside document " + std::to_string(documents_read_) + " (" + std::to_string(have) + " of " +
+           std::to_string(length) + " bytes)");
+  }
   ++documents_read_;
   items_read_ += length;
   return true;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "datasets/sha256.h"
+#include "graph/atomic_file.h"
 
 struct ZSTD_CCtx_s;
 struct ZSTD_DCtx_s;
@@ -58,7 +59,19 @@ struct ShardWriterOptions {
   int level = 3;  // zstd level; 19 for data that ships in the repository
 };
 
-/// Writes one shard. Call finish(); a writer destroyed without finish() removes its file.
+/// Owners of the zstd contexts (freed by the deleters, whatever throws when).
+struct ZstdCCtxFree {
+  void operator()(ZSTD_CCtx_s* ctx) const;
+};
+struct ZstdDCtxFree {
+  void operator()(ZSTD_DCtx_s* ctx) const;
+};
+struct FileClose {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+
+/// Writes one shard, to PATH.tmp until finish() renames it into place (graph/atomic_file.h):
+/// a writer destroyed without finish(), or one whose write failed, leaves no file behind.
 class ShardWriter {
  public:
   struct Summary {
@@ -70,7 +83,6 @@ class ShardWriter {
   };
 
   ShardWriter(const std::filesystem::path& path, ShardKind kind, ShardWriterOptions options = {});
-  ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
@@ -84,12 +96,12 @@ class ShardWriter {
 
  private:
   void compress(const void* data, size_t size);
-  void write_out(const void* data, size_t size);
 
   std::filesystem::path path_;
   ShardKind kind_;
-  std::FILE* file_ = nullptr;
-  ZSTD_CCtx_s* cctx_ = nullptr;
+  AtomicFile file_;
+  std::unique_ptr<ZSTD_CCtx_s, ZstdCCtxFree> cctx_;
+  bool finished_ = false;
   std::vector<char> out_buf_;
   std::vector<uint16_t> token_buf_;
   uint64_t documents_ = 0, items_ = 0, payload_bytes_ = 0;
@@ -103,7 +115,6 @@ class ShardReader {
  public:
   /// `hash` feeds every byte of the file through SHA-256 as it is read (see sha256_hex()).
   ShardReader(const std::filesystem::path& path, ShardKind expected_kind, bool hash = false);
-  ~ShardReader();
   ShardReader(const ShardReader&) = delete;
   ShardReader& operator=(const ShardReader&) = delete;
 
@@ -135,8 +146,8 @@ class ShardReader {
   std::filesystem::path path_;
   ShardKind kind_;
   ShardHeader header_;
-  std::FILE* file_ = nullptr;
-  ZSTD_DCtx_s* dctx_ = nullptr;
+  std::unique_ptr<std::FILE, FileClose> file_;
+  std::unique_ptr<ZSTD_DCtx_s, ZstdDCtxFree> dctx_;
   std::vector<char> in_buf_, out_buf_;
   size_t in_pos_ = 0, in_end_ = 0, out_pos_ = 0, out_end_ = 0;
   uint64_t file_bytes_read_ = 0;

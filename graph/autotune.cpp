@@ -60,6 +60,7 @@ double Autotuner::throughput(const Snapshot& s) const {
 }
 
 std::vector<Event> Autotuner::step(const Snapshot& s) {
+  moved_ = false;
   if (!active_ || s.finished || rt_.stopping() || rt_.failing()) return {};
   ++reports_;
   rates_.push_back(throughput(s));
@@ -82,6 +83,7 @@ std::vector<Event> Autotuner::judge(const Snapshot& s) {
     return {{s.t_s, "autotune", buf}};
   }
   trial_.knob.set(trial_.before);
+  moved_ = true;
   exhausted_.insert(trial_.knob.name);
   std::snprintf(buf, sizeof buf, "undid %s %d -> %d: throughput %s -> %s, under +%.0f%%; back to %d",
                 trial_.knob.name.c_str(), trial_.before, trial_.after, per_s(trial_.rate_before).c_str(),
@@ -93,6 +95,7 @@ std::vector<Event> Autotuner::start(const Snapshot& s, Knob knob, int value, std
   trial_ = Trial{knob, knob.get(), value, 0, 0, std::move(reason)};
   trial_.rate_before = std::accumulate(rates_.begin(), rates_.end(), 0.0) / static_cast<double>(rates_.size());
   knob.set(value);
+  moved_ = true;
   trial_on_ = true;
   rates_.clear();
   char buf[512];
@@ -109,7 +112,7 @@ std::vector<Event> Autotuner::propose(const Snapshot& s) {
   };
   const Verdict& v = s.verdict.kind.empty() ? Verdict{} : s.verdict;
   StageRt* bottleneck = rt_.find(v.stage);
-  const bool cores_used = s.cores > 0 && s.cpu_cores >= 0.85 * s.cores;
+  const bool cores_used = v.kind == "cpu";
 
   // 1. The bottleneck is a CPU stage with room to grow, and there are cores to grow into.
   if (bottleneck && (v.kind == "stage" || v.kind == "cpu") && bottleneck->tune_workers) {
@@ -136,12 +139,17 @@ std::vector<Event> Autotuner::propose(const Snapshot& s) {
     const StageStats* p = s.stage(rt_.stages[e->producer]->spec.name);
     const StageStats* c = s.stage(rt_.stages[e->consumer]->spec.name);
     if (!p || !c || p->steady.seconds <= 0 || c->steady.seconds <= 0) continue;
-    const bool bursty = p->steady.blocked > 0.2 && c->steady.starved > 0.2;
+    // With no stage saturated, the idle time itself is the loss: a smaller imbalance counts.
+    const double margin = v.kind == "none" ? 0.1 : 0.2;
+    const bool bursty = p->steady.blocked > margin && c->steady.starved > margin;
     const bool starving_bottleneck = bottleneck && rt_.stages[e->consumer].get() == bottleneck &&
                                      c->steady.starved > 0.05 && p->steady.blocked > 0.05;
-    if (bursty || starving_bottleneck) {
-      std::string why = producer + " blocked " + pct(p->steady.blocked) + " while " + consumer + " waited for input " +
-                        pct(c->steady.starved);
+    const bool order_bound = v.kind == "order" && producer == v.stage;
+    if (bursty || starving_bottleneck || order_bound) {
+      std::string why = order_bound ? producer + " waits for its turn in order " + pct(p->steady.order_wait) +
+                                          " of the time: a larger queue lets items overtake a slow one"
+                                    : producer + " blocked " + pct(p->steady.blocked) + " while " + consumer +
+                                          " waited for input " + pct(c->steady.starved);
       return start(s, k, std::min(e->max_capacity, cap * 2), why);
     }
   }

@@ -35,6 +35,8 @@ class Autotuner {
   bool active() const { return active_; }
   /// Looks at one report and maybe moves one knob; the decisions made, as events.
   std::vector<Event> step(const Snapshot& s);
+  /// Whether the last step() moved a knob (the graph changed: its steady state starts again).
+  bool moved() const { return moved_; }
 
  private:
   struct Knob {
@@ -61,7 +63,7 @@ class Autotuner {
   size_t measured_ = 0;  // the stage whose input rate is the throughput
   int reports_ = 0, quiet_until_ = 0;
   std::deque<double> rates_;  // recent throughputs
-  bool trial_on_ = false;
+  bool trial_on_ = false, moved_ = false;
   Trial trial_;
   std::set<std::string> exhausted_;  // knobs a trial did not help
   std::string last_note_;            // the last "nothing to do" reason logged (logged once)

@@ -20,10 +20,12 @@
 // admissions the limiter made whose invocation has not started yet; a raise is only sent when
 // the mirror plus that `margin` stays under the threshold, because the limiter clamps its count
 // at the threshold and a clamped raise would be lost. Limiter messages go out under the lock,
-// in the order the mirror saw them, except for a source's edges: there a message can run the
-// source's fan-out inline, which needs the lock, so they go out after it and the fan-out asks
-// for a margin wide enough to cover the reordering. A source's batch (several cheap items in
-// one message) takes its extra credits the same way.
+// in the order the mirror saw them, except for a source's edges: there a message can pull the
+// source's next packet inline (its input_node body, which reads the credits under the lock), so
+// they go out after it. A source admits one packet at a time (a token, given back at the end
+// of its fan-out), so when a batch (several cheap items in one message) takes its extra
+// credits in the fan-out, the mirrors are exact; the source sized the batch to the room left
+// by the packet ahead of it.
 //
 // The same mechanism counts worker slots (a stage's concurrency) and pooled resources. A bound
 // below the limiter's threshold is kept with phantom credits, which is how the concurrency and
@@ -64,17 +66,24 @@ void Credits::release(int64_t n) {
       limiter->decrementer().try_put(n);
       return;
     }
+    unsent.fetch_add(n, std::memory_order_relaxed);
   }
-  // A source's decrement may run its fan-out node inline, which takes this lock: send it
-  // without the lock (the fan-out passes a margin that covers the reordering).
+  // A source's decrement may run its input_node body inline, which takes this lock: send it
+  // without the lock; until it arrives, raises leave room for it (`unsent`).
+  send_unlocked(n);
+}
+
+void Credits::send_unlocked(int64_t n) {
   limiter->decrementer().try_put(n);
+  unsent.fetch_sub(n, std::memory_order_relaxed);
 }
 
 void Credits::extra(int64_t n, int64_t margin) {
   int64_t room = 0;
   {
     tbb::spin_mutex::scoped_lock lock(mu);
-    room = std::clamp<int64_t>(threshold - margin - used.load(std::memory_order_relaxed), 0, n);
+    room = std::clamp<int64_t>(threshold - margin - used.load(std::memory_order_relaxed) - unsent.load(std::memory_order_relaxed),
+                               0, n);
     used.fetch_add(room, std::memory_order_relaxed);
     debt += n - room;
     if (room == 0) return;
@@ -89,7 +98,7 @@ void Credits::extra(int64_t n, int64_t margin) {
 bool Credits::try_extra(int64_t margin) {
   {
     tbb::spin_mutex::scoped_lock lock(mu);
-    if (used.load(std::memory_order_relaxed) + margin >= threshold) return false;
+    if (used.load(std::memory_order_relaxed) + unsent.load(std::memory_order_relaxed) + margin >= threshold) return false;
     used.fetch_add(1, std::memory_order_relaxed);
     if (!unlocked_sends) {
       limiter->decrementer().try_put(-1);
@@ -120,13 +129,14 @@ void Credits::set_bound(int64_t bound) {
     limiter->decrementer().try_put(freed);
     return;
   }
+  unsent.fetch_add(freed, std::memory_order_relaxed);
   lock.release();
-  limiter->decrementer().try_put(freed);
+  send_unlocked(freed);
 }
 
 int64_t Credits::room() const {
   tbb::spin_mutex::scoped_lock lock(mu);
-  return std::max<int64_t>(0, threshold - used.load(std::memory_order_relaxed) - debt);
+  return std::max<int64_t>(0, threshold - used.load(std::memory_order_relaxed) - unsent.load(std::memory_order_relaxed) - debt);
 }
 
 int64_t Credits::bound() const {
@@ -140,7 +150,7 @@ bool Credits::full() const {
 }
 
 void EdgeRt::count_in(int64_t k) {
-  int64_t n = load.fetch_add(k, std::memory_order_relaxed) + k;
+  int64_t n = load.fetch_add(k) + k;  // seq_cst: the end-of-stream protocol reads it (invocation.cpp)
   int64_t hw = high_water.load(std::memory_order_relaxed);
   while (n > hw && !high_water.compare_exchange_weak(hw, n, std::memory_order_relaxed)) {
   }

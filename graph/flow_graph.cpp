@@ -20,9 +20,9 @@ std::array<OutPort*, kMaxOutputs> ports_of(Node& node) {
   return ports_of(node, std::make_index_sequence<kMaxOutputs>{});
 }
 
-// Lightweight nodes run their body inline in the sender's thread only when the body is
-// noexcept (oneTBB checks it); the fan-out and dispatch bodies must run inline, because they
-// number packets in the order they leave, so they are declared noexcept.
+// The fan-out and dispatch bodies number packets in the order they leave, so they must see
+// them in order: dispatch is lightweight (inline in the sender's thread, which oneTBB allows
+// only for a noexcept body), a source's fan-out is serial and queueing (first in, first out).
 
 // first -> chain[0] -> ... -> chain[n-1] -> last
 template <class First, class Last>
@@ -60,8 +60,12 @@ void FlowGraph::build_stage(StageRt& st) {
   std::vector<Limiter*> chain;
   if (!st.is_source()) {
     st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
-    chain.push_back(st.worker_slots.limiter.get());
+  } else {
+    // One packet between a source's input_node and the end of its fan-out: the fan-out, a task
+    // of its own, settles a packet's credits before the limiters admit the next.
+    st.worker_slots.open(g_, 1, 1, true);
   }
+  chain.push_back(st.worker_slots.limiter.get());
   for (EdgeRt* e : st.outputs) {
     e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
     chain.push_back(e->credits.limiter.get());
@@ -85,10 +89,10 @@ void FlowGraph::build_stage(StageRt& st) {
 
   if (st.is_source()) {
     st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) { return run_source(rt, st, fc); });
-    st.route = std::make_unique<RouteNode>(g_, flow::unlimited,
-                                           [&st](const Packet& p, auto&) noexcept { fan_out_source(st, p); });
-    st.ports = ports_of(*st.route);
-    connect(*st.source, chain, *st.route);
+    st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial,
+                                                        [&st](const Packet& p, auto&) noexcept { fan_out_source(st, p); });
+    st.ports = ports_of(*st.source_route);
+    connect(*st.source, chain, *st.source_route);
     return;
   }
 
@@ -175,6 +179,7 @@ FlowGraph::~FlowGraph() {
     st->device.reset();
     st->source.reset();
     st->route.reset();
+    st->source_route.reset();
     st->ordered_route.reset();
     st->sequencer.reset();
     st->cpu.reset();

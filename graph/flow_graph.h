@@ -1,7 +1,8 @@
 // Building and running the oneTBB flow graph of one run (engine internals). The nodes each
 // stage gets, by kind (see the design note in engine.cpp for the whole graph of gpt2.toml):
 //
-//   source     input_node -> limiter per output edge -> fan-out (multifunction, lightweight)
+//   source     input_node -> token (one packet at a time) -> limiter per output edge -> fan-out
+//              (multifunction, serial, a task of its own; it gives the token back)
 //   CPU stage  input buffer (queue_node) -> worker limiter -> limiter per output edge
 //              [-> resource limiter] -> multifunction_node (concurrency unlimited: the worker
 //              limiter bounds it) -> its output ports, one per consumer

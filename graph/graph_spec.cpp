@@ -265,6 +265,16 @@ void resolve_graph(Runtime& rt, bool instantiate) {
   for (size_t k = rt.stages.size(); k-- > 0;)
     for (EdgeRt* e : rt.stages[k]->outputs)
       if (rt.stages[e->consumer]->type->ordered || feeds_ordered[e->consumer]) feeds_ordered[k] = true;
+  // On a stop request a stage drops its queued inputs when its type says so (train: its cursor
+  // is that of its last step), and so does a stage whose every output leads only to such
+  // stages: what it would make is dropped anyway, and draining it could take long (a slow stage
+  // in front of train, a reader whose documents make many windows each).
+  for (size_t k = rt.stages.size(); k-- > 0;) {
+    StageRt& st = *rt.stages[k];
+    bool all_discard = !st.outputs.empty();
+    for (EdgeRt* e : st.outputs) all_discard &= rt.stages[e->consumer]->discard_on_stop;
+    st.discard_on_stop = st.type->on_stop == OnStop::discard || all_discard;
+  }
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
     st.ordered_commit = feeds_ordered[st.index] && st.max_workers > 1 && !st.is_source();

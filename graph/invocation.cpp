@@ -111,7 +111,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     resource_reserved_ = st.pool != nullptr;
     if (st.ordered_commit) bundle_ = std::make_shared<Bundle>();
   }
-  st.running.fetch_add(1, std::memory_order_acq_rel);
+  st.running.fetch_add(1);
   counted_running_ = true;
   if (rt.opts.stats) {
     t_start_ = now_ns();
@@ -149,7 +149,7 @@ void Invocation::process(Item item) {
   bump(c_->in);
   if (!batching_) items_ = 1;
   if (rt_.failing()) return;
-  if (rt_.stopping() && st_.type->on_stop == OnStop::discard) {
+  if (st_.discard_on_stop && (rt_.stopping() || rt_.winding_down.load(std::memory_order_relaxed))) {
     bump(c_->discarded);
     return;
   }
@@ -172,9 +172,21 @@ void Invocation::finalize_source() {
 
 // Who finalizes, without a lock: the invocation that takes the last end-of-stream marker
 // sets finalize_pending, then whichever invocation finds itself the only one running with the
-// flag set claims it (compare-and-swap), either that same invocation at once or the last of the
-// others in complete(). Since every invocation decrements `running` before it looks at the
-// flag, and the marker's invocation looks after setting it, one of them always sees both.
+// flag set and nothing left on the stage's input edges claims it (compare-and-swap), either
+// that same invocation at once or the last of the others in complete(). Since every invocation
+// decrements `running` before it looks at the flag, and the marker's invocation looks after
+// setting it, one of them always sees both.
+//
+// The input edges matter because an admitted input is not running yet: its task may wait in a
+// worker's deque (oneTBB runs the newest first) while later inputs, the marker among them, run.
+// Its items stay on the edge (`load`) until its invocation has started (counted in `running`)
+// and takes them, so reading the loads before `running` never misses it.
+static bool inputs_idle(const StageRt& st) {
+  for (const EdgeRt* e : st.inputs)
+    if (e->load.load() != 0) return false;
+  return true;
+}
+
 static bool claim_finalize(StageRt& st) {
   bool expected = true;
   return st.finalize_pending.compare_exchange_strong(expected, false, std::memory_order_acq_rel);
@@ -184,8 +196,8 @@ void Invocation::end_of_input() {
   if (st_.eos_seen.fetch_add(1, std::memory_order_acq_rel) + 1 < static_cast<int>(st_.inputs.size())) return;
   st_.eos_seq = seq_;
   skip_bundle_ = true;  // unless finalized here: another invocation sends the end-of-stream bundle
-  st_.finalize_pending.store(true, std::memory_order_release);
-  if (st_.running.load(std::memory_order_acquire) == 1 && claim_finalize(st_)) {
+  st_.finalize_pending.store(true);
+  if (inputs_idle(st_) && st_.running.load() == 1 && claim_finalize(st_)) {
     skip_bundle_ = false;
     finalize_and_end(false);
   }
@@ -210,8 +222,8 @@ void Invocation::finalize_and_end(bool deferred) {
 
 void Invocation::complete() {
   counted_running_ = false;
-  if (st_.running.fetch_sub(1, std::memory_order_acq_rel) == 1 &&
-      st_.finalize_pending.load(std::memory_order_acquire) && claim_finalize(st_))
+  const bool idle = inputs_idle(st_);  // before leaving `running` (see claim_finalize)
+  if (st_.running.fetch_sub(1) == 1 && idle && st_.finalize_pending.load() && claim_finalize(st_))
     finalize_and_end(true);
   flush();
   for (size_t i = 0; i < st_.outputs.size(); ++i)
@@ -465,14 +477,19 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
   if (k > 1) {
     // No more than the edges have credits for: the batch then leaves owing nothing (it cannot
     // shrink their room before it is admitted; only this source adds to them).
+    // The packet on its way to the fan-out will take credits the mirrors do not show yet.
     int64_t room = k;
-    for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room());
+    const int64_t pending = st.source_pending_items.load(std::memory_order_acquire);
+    for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room() - pending);
     k = static_cast<size_t>(std::max<int64_t>(room, 1));
   }
   for (;;) {
     size_t have = rt.failing() ? 0 : st.outbox.size() - st.outbox_next;
-    if (have >= k || (have > 0 && st.source_state != StageRt::SourceState::producing))
-      return take_from_outbox(st, std::min(have, k));
+    if (have >= k || (have > 0 && st.source_state != StageRt::SourceState::producing)) {
+      Packet p = take_from_outbox(st, std::min(have, k));
+      st.source_pending_items.fetch_add(p.count(), std::memory_order_acq_rel);
+      return p;
+    }
     if (have == 0) {
       st.outbox.clear();
       st.outbox_next = 0;
@@ -499,6 +516,7 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
       st.done.store(true, std::memory_order_release);
       Packet p;
       p.kind = Packet::Kind::eos;
+      st.source_pending_items.fetch_add(1, std::memory_order_acq_rel);
       return p;
     } else {
       fc.stop();
@@ -508,6 +526,9 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
 }
 
 void fan_out_source(StageRt& st, const Packet& p) {
+  // The source's token (its worker slot, one) admits one packet at a time: this one. It runs
+  // as a task of its own, so the limiter messages it sends cannot re-enter a limiter that is
+  // passing it on (flow_graph.cpp).
   for (size_t i = 0; i < st.outputs.size(); ++i) {
     EdgeRt* e = st.outputs[i];
     e->credits.admitted();  // the source's limiters passed this packet: one credit on every edge
@@ -541,6 +562,8 @@ void fan_out_source(StageRt& st, const Packet& p) {
     if (n > 1) e->credits.extra(n - 1, 0);
     st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
   }
+  st.source_pending_items.fetch_sub(p.count(), std::memory_order_acq_rel);
+  st.worker_slots.release();  // the next packet may pass the limiters
 }
 
 void dispatch(StageRt& st, const Packet& p) {
@@ -561,6 +584,7 @@ void dispatch(StageRt& st, const Packet& p) {
 
 void Emitter::emit_item(Item item) { impl_->emit(std::move(item)); }
 bool Emitter::stop_requested() const { return impl_->runtime().stopping(); }
+void Emitter::wind_down() { impl_->runtime().winding_down.store(true, std::memory_order_relaxed); }
 void Emitter::hold_for(std::chrono::nanoseconds d) { impl_->hold_for(d); }
 void Emitter::add_device_wait(std::chrono::nanoseconds d) { impl_->add_device_wait(d); }
 void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d) {

@@ -1,257 +1,177 @@
-// Recursive-descent JSON parser (RFC 8259): the project's one JSON reader (see json.h).
+// The project's JSON module (see json.h): nlohmann/json's SAX parser does the parsing; this file
+// only builds JsonValue trees from its events and recovers what the events do not carry (the byte
+// offset of each value and the literal text of numbers) from the input itself.
 #include "graph/json.h"
 
-#include <cstdio>
 #include <cstdlib>
-#include <tuple>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
 
 namespace pipeline {
 namespace {
 
-constexpr int kMaxDepth = 256;  // deeper input is rejected instead of overflowing the stack
+constexpr size_t kMaxDepth = 256;  // deeper input is rejected: JsonValue's destructor recurses
 
-class Parser {
+// A `const char*` that publishes how far nlohmann's lexer has read. The lexer reads a token and
+// at most one character after it (a number's terminator) before the parser reports the token, so
+// each SAX event can place its value in the input.
+struct CountingIterator {
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  const char* p = nullptr;
+  const char** read_to = nullptr;  // shared with the handler
+
+  reference operator*() const { return *p; }
+  CountingIterator& operator++() {
+    *read_to = ++p;
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator old = *this;
+    ++*this;
+    return old;
+  }
+  bool operator==(const CountingIterator& o) const { return p == o.p; }
+};
+
+bool is_number_char(char c) { return (c >= '0' && c <= '9') || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E'; }
+
+class TreeBuilder : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit Parser(std::string_view s) : s_(s) {}
+  TreeBuilder(std::string_view text, const char* const* read_to) : s_(text), read_to_(read_to) {}
 
-  JsonValue parse_document() {
-    skip_ws();
-    JsonValue v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected " + describe_here() + " after the JSON value");
-    return v;
+  JsonValue take() { return std::move(root_); }
+
+  bool null() override { return literal(JsonValue::Type::null, false, 4); }
+  bool boolean(bool b) override { return literal(JsonValue::Type::boolean, b, b ? 4 : 5); }
+  bool number_integer(number_integer_t) override { return number(); }
+  bool number_unsigned(number_unsigned_t) override { return number(); }
+  bool number_float(number_float_t, const string_t&) override { return number(); }
+  bool string(string_t& val) override {
+    // The token ends at its closing quote; it starts at the first quote before that which is
+    // not escaped (preceded by an even run of backslashes). nlohmann has validated the token.
+    size_t end = read();
+    size_t q = end - 1;
+    while (q > 0) {
+      --q;
+      size_t slashes = 0;
+      while (q > slashes && s_[q - 1 - slashes] == '\\') ++slashes;
+      if (s_[q] == '"' && slashes % 2 == 0) break;
+    }
+    JsonValue v;
+    v.type = JsonValue::Type::string;
+    v.text = std::move(val);
+    v.offset = q;
+    add(std::move(v));
+    return true;
+  }
+  bool binary(binary_t&) override { return false; }  // not produced by JSON text
+  bool start_object(std::size_t) override { return open(JsonValue::Type::object); }
+  bool key(string_t& val) override {
+    key_ = std::move(val);
+    return true;
+  }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(JsonValue::Type::array); }
+  bool end_array() override { return close(); }
+
+  bool parse_error(std::size_t position, const std::string&, const nlohmann::detail::exception& ex) override {
+    // what() is "[json.exception.parse_error.N] parse error at line L, column C: MESSAGE".
+    std::string what = ex.what();
+    auto colon = what.find(": ");
+    fail(position > 0 ? position - 1 : 0, colon == std::string::npos ? what : what.substr(colon + 2));
+  }
+
+  [[noreturn]] void fail(size_t offset, const std::string& message) const {
+    size_t line = 1, column = 1;
+    for (size_t i = 0; i < offset && i < s_.size(); ++i) {
+      if (s_[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    throw JsonParseError(offset, line, column, message);
   }
 
  private:
-  [[noreturn]] void fail(const std::string& msg) const {
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
-      if (s_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    throw JsonParseError(pos_, line, col, msg);
-  }
+  size_t read() const { return static_cast<size_t>(*read_to_ - s_.data()); }
 
-  std::string describe_here() const {
-    if (pos_ >= s_.size()) return "end of input";
-    unsigned char c = static_cast<unsigned char>(s_[pos_]);
-    char buf[32];
-    if (c >= 0x20 && c < 0x7f)
-      std::snprintf(buf, sizeof buf, "'%c'", c);
-    else
-      std::snprintf(buf, sizeof buf, "byte 0x%02x", c);
-    return buf;
-  }
-
-  void skip_ws() {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
-  }
-
-  void expect(char c) {
-    if (pos_ >= s_.size() || s_[pos_] != c) fail(std::string("expected '") + c + "' but found " + describe_here());
-    ++pos_;
-  }
-
-  JsonValue parse_value(int depth) {
-    if (depth > kMaxDepth) fail("nesting deeper than 256 levels");
+  bool literal(JsonValue::Type type, bool b, size_t length) {
     JsonValue v;
-    v.offset = pos_;
-    if (pos_ >= s_.size()) fail("expected a value but found end of input");
-    char c = s_[pos_];
-    if (c == '{') {
-      v.type = JsonValue::Type::object;
-      ++pos_;
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == '}') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_ws();
-        if (pos_ >= s_.size() || s_[pos_] != '"') fail("expected a string key but found " + describe_here());
-        std::string key = parse_string();
-        skip_ws();
-        expect(':');
-        skip_ws();
-        v.members.emplace_back(std::move(key), parse_value(depth + 1));
-        skip_ws();
-        if (pos_ < s_.size() && s_[pos_] == ',') {
-          ++pos_;
-          continue;
-        }
-        if (pos_ < s_.size() && s_[pos_] == '}') {
-          ++pos_;
-          return v;
-        }
-        fail("expected ',' or '}' but found " + describe_here());
-      }
-    }
-    if (c == '[') {
-      v.type = JsonValue::Type::array;
-      ++pos_;
-      skip_ws();
-      if (pos_ < s_.size() && s_[pos_] == ']') {
-        ++pos_;
-        return v;
-      }
-      for (;;) {
-        skip_ws();
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (pos_ < s_.size() && s_[pos_] == ',') {
-          ++pos_;
-          continue;
-        }
-        if (pos_ < s_.size() && s_[pos_] == ']') {
-          ++pos_;
-          return v;
-        }
-        fail("expected ',' or ']' but found " + describe_here());
-      }
-    }
-    if (c == '"') {
-      v.type = JsonValue::Type::string;
-      v.text = parse_string();
-      return v;
-    }
-    if (c == '-' || (c >= '0' && c <= '9')) {
-      v.type = JsonValue::Type::number;
-      v.text = parse_number();
-      return v;
-    }
-    for (auto [word, type, b] : {std::tuple{"true", JsonValue::Type::boolean, true},
-                                 std::tuple{"false", JsonValue::Type::boolean, false},
-                                 std::tuple{"null", JsonValue::Type::null, false}}) {
-      std::string_view w(word);
-      if (s_.substr(pos_, w.size()) == w) {
-        pos_ += w.size();
-        v.type = type;
-        v.boolean = b;
-        return v;
-      }
-    }
-    fail("expected a value but found " + describe_here());
+    v.type = type;
+    v.boolean = b;
+    v.offset = read() - length;
+    add(std::move(v));
+    return true;
   }
 
-  std::string parse_number() {
-    size_t start = pos_;
-    auto digit = [&] { return pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9'; };
-    if (s_[pos_] == '-') ++pos_;
-    if (!digit()) fail("expected a digit but found " + describe_here());
-    if (s_[pos_] == '0') {
-      ++pos_;
-    } else {
-      while (digit()) ++pos_;
-    }
-    if (pos_ < s_.size() && s_[pos_] == '.') {
-      ++pos_;
-      if (!digit()) fail("expected a digit after '.' but found " + describe_here());
-      while (digit()) ++pos_;
-    }
-    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
-      if (!digit()) fail("expected a digit in the exponent but found " + describe_here());
-      while (digit()) ++pos_;
-    }
-    return std::string(s_.substr(start, pos_ - start));
+  bool number() {
+    // The lexer has read the number and the character that ended it (none at end of input).
+    size_t end = read();
+    if (end > 0 && !is_number_char(s_[end - 1])) --end;
+    size_t start = end;
+    while (start > 0 && is_number_char(s_[start - 1])) --start;
+    JsonValue v;
+    v.type = JsonValue::Type::number;
+    v.text = std::string(s_.substr(start, end - start));
+    v.offset = start;
+    add(std::move(v));
+    return true;
   }
 
-  uint32_t parse_hex4() {
-    if (pos_ + 4 > s_.size()) fail("truncated \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= uint32_t(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= uint32_t(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= uint32_t(c - 'A' + 10);
-      else
-        fail("expected a hex digit in \\u escape but found " + describe_here());
-      ++pos_;
-    }
-    return v;
+  bool open(JsonValue::Type type) {
+    size_t at = read() - 1;  // the '{' or '[' just read
+    if (open_.size() >= kMaxDepth) fail(at, "nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    JsonValue v;
+    v.type = type;
+    v.offset = at;
+    open_.push_back(add(std::move(v)));
+    return true;
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xc0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-      out += char(0xe0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    } else {
-      out += char(0xf0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3f));
-      out += char(0x80 | ((cp >> 6) & 0x3f));
-      out += char(0x80 | (cp & 0x3f));
-    }
+  bool close() {
+    open_.pop_back();
+    return true;
   }
 
-  std::string parse_string() {
-    ++pos_;  // opening quote
-    std::string out;
-    for (;;) {
-      size_t run = pos_;
-      while (run < s_.size() && s_[run] != '"' && s_[run] != '\\' && static_cast<unsigned char>(s_[run]) >= 0x20) ++run;
-      out.append(s_.data() + pos_, run - pos_);
-      pos_ = run;
-      if (pos_ >= s_.size()) fail("unterminated string");
-      char c = s_[pos_];
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c != '\\') fail("unescaped control character " + describe_here() + " in string");
-      ++pos_;
-      if (pos_ >= s_.size()) fail("unterminated escape in string");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
-        case 'u': {
-          uint32_t cp = parse_hex4();
-          if (cp >= 0xd800 && cp < 0xdc00 && s_.substr(pos_, 2) == "\\u") {
-            size_t save = pos_;
-            pos_ += 2;
-            uint32_t lo = parse_hex4();
-            if (lo >= 0xdc00 && lo < 0xe000) {
-              cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            } else {
-              pos_ = save;  // unpaired high surrogate: encode it alone, then the next escape
-            }
-          }
-          append_utf8(out, cp);  // lone surrogates become their 3-byte (WTF-8) form
-          break;
-        }
-        default:
-          --pos_;
-          fail("invalid escape character " + describe_here() + " after '\\' in string");
-      }
+  // Places v in the innermost open container (or at the root) and returns where it now lives.
+  // Pointers to open containers stay valid: only the innermost one's vector grows.
+  JsonValue* add(JsonValue&& v) {
+    if (open_.empty()) {
+      root_ = std::move(v);
+      return &root_;
     }
+    JsonValue* parent = open_.back();
+    if (parent->type == JsonValue::Type::array) {
+      parent->items.push_back(std::move(v));
+      return &parent->items.back();
+    }
+    parent->members.emplace_back(std::move(key_), std::move(v));
+    return &parent->members.back().second;
   }
 
   std::string_view s_;
-  size_t pos_ = 0;
+  const char* const* read_to_;
+  JsonValue root_;
+  std::vector<JsonValue*> open_;
+  std::string key_;
 };
 
 }  // namespace
+
+JsonValue::JsonValue() = default;
+JsonValue::JsonValue(const JsonValue&) = default;
+JsonValue::JsonValue(JsonValue&&) noexcept = default;
+JsonValue& JsonValue::operator=(const JsonValue&) = default;
+JsonValue& JsonValue::operator=(JsonValue&&) noexcept = default;
+JsonValue::~JsonValue() = default;
 
 const JsonValue* JsonValue::find(std::string_view key) const {
   for (const auto& [k, v] : members)
@@ -300,32 +220,17 @@ JsonParseError::JsonParseError(size_t offset_, size_t line_, size_t column_, con
       column(column_),
       message(message_) {}
 
-JsonValue json_parse(std::string_view text) { return Parser(text).parse_document(); }
+JsonValue json_parse(std::string_view text) {
+  const char* read_to = text.data();
+  TreeBuilder builder(text, &read_to);
+  CountingIterator first{text.data(), &read_to}, last{text.data() + text.size(), &read_to};
+  if (!nlohmann::json::sax_parse(first, last, &builder)) builder.fail(read_to - text.data(), "invalid JSON");
+  return builder.take();
+}
 
 std::string json_quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    unsigned char u = static_cast<unsigned char>(c);
-    if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c == '\r') {
-      out += "\\r";
-    } else if (u < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", u);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  out += '"';
-  return out;
+  // Invalid UTF-8 becomes U+FFFD, so whatever we write is JSON that strict readers accept.
+  return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace pipeline

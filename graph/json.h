@@ -1,7 +1,8 @@
 // The project's one JSON reader and string escaper: dataset manifests, JSON Lines records, the
 // GPT-2 vocabulary, run statistics and checkpoint metadata. Errors carry the line, column and
-// byte offset of the problem. Hand-written: the formats are small and fixed, and graph/ and
-// datasets/ stay free of further dependencies.
+// byte offset of the problem. The parsing is nlohmann/json's (strict RFC 8259, UTF-8 checked);
+// this interface keeps it out of every other translation unit and gives each value its byte
+// offset and each number its literal text.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,15 @@ struct JsonValue {
   std::vector<JsonValue> items;                            // array elements
   std::vector<std::pair<std::string, JsonValue>> members;  // object members in file order
   size_t offset = 0;                                       // byte offset where the value starts
+
+  // Declared here, defined in json.cpp: a type that holds pairs of itself must not have them
+  // generated where it is still incomplete (clang with libstdc++ rejects that).
+  JsonValue();
+  JsonValue(const JsonValue&);
+  JsonValue(JsonValue&&) noexcept;
+  JsonValue& operator=(const JsonValue&);
+  JsonValue& operator=(JsonValue&&) noexcept;
+  ~JsonValue();
 
   /// Object member by key, or nullptr (also for non-objects).
   const JsonValue* find(std::string_view key) const;
@@ -44,7 +54,7 @@ struct JsonParseError : std::runtime_error {
 JsonValue json_parse(std::string_view text);
 
 /// `s` as a quoted JSON string literal (control characters, quotes and backslashes escaped;
-/// other bytes, including invalid UTF-8, pass through unchanged).
+/// invalid UTF-8 sequences become U+FFFD, so the output is always valid JSON).
 std::string json_quote(std::string_view s);
 
 }  // namespace pipeline

@@ -119,6 +119,7 @@ void Monitor::report() {
   s.verdict = tracker_.update(s, changed);
   if (changed) log_event({s.t_s, "verdict", s.verdict.stage.empty() ? s.verdict.text : s.verdict.text});
   for (Event& e : autotuner_->step(s)) log_event(std::move(e));
+  if (autotuner_->moved()) steady_floor_ = now_ns();  // a changed graph: its steady state starts again
   {
     std::lock_guard lock(mu_);
     s.events = std::move(fresh_events_);
@@ -219,22 +220,41 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
     bool occasional = !st->inputs.empty() && st->inputs.front()->accepts;
     if (!occasional) started = first ? std::max(started, first) : INT64_MAX;
   }
+  // It ends where the drain begins: once a source has ended (end of input, a stop, or train
+  // done with its steps), what follows is the tail of the run (the last items, a final eval),
+  // not its steady state.
+  int64_t drain = 0;
+  for (const auto& st : rt_.stages)
+    if (st->is_source()) {
+      int64_t end = st->end_ns.load(std::memory_order_relaxed);
+      if (end && (!drain || end < drain)) drain = end;
+    }
+  if (rt_.stop_level.load() > 0 && !drain) drain = now.t;
+  const Mark* end = &now;
+  if (drain && drain < now.t) {
+    end = nullptr;
+    for (const auto& m : marks_)
+      if (m.t <= drain) end = &m;
+    if (!end) return;
+  }
   const int64_t span_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(rt_.opts.steady_window).count();
-  const int64_t from = std::max(started, now.t - span_ns);
+  const int64_t from = std::max({started, end->t - span_ns, steady_floor_.load()});
   const Mark* start = nullptr;
   for (const auto& m : marks_)
     if (m.t >= from) {
       start = &m;
       break;
     }
-  if (started == INT64_MAX || !start || now.t - start->t < 500'000'000) return;  // no steady state yet
-  const double seconds = (now.t - start->t) / 1e9;
+  if (started == INT64_MAX || !start || end->t - start->t < 500'000'000) return;  // no steady state yet
+  const Mark& at = *end;
+  const double seconds = (at.t - start->t) / 1e9;
   s.steady_from_s = (start->t - rt_.t0) / 1e9;
-  s.process_cores = (now.process_cpu_s - start->process_cpu_s) / seconds;
+  s.steady_to_s = (at.t - rt_.t0) / 1e9;
+  s.process_cores = (at.process_cpu_s - start->process_cpu_s) / seconds;
   for (size_t k = 0; k < rt_.stages.size(); ++k) {
     const StageRt& st = *rt_.stages[k];
     const StageMark& a = start->stages[k];
-    const StageMark& b = now.stages[k];
+    const StageMark& b = at.stages[k];
     StageStats& x = s.stages[k];
     StageSpan& w = x.steady;
     w.seconds = seconds;
@@ -263,7 +283,7 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
   }
   for (size_t i = 0; i < rt_.edges.size(); ++i) {
     const EdgeMark& a = start->edges[i];
-    const EdgeMark& b = now.edges[i];
+    const EdgeMark& b = at.edges[i];
     QueueStats& q = s.queues[i];
     if (b.samples <= a.samples) continue;
     const double n = static_cast<double>(b.samples - a.samples);

@@ -20,6 +20,7 @@
 // stop_grace, aborts the run.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <fstream>
@@ -102,6 +103,8 @@ class Monitor {
   std::vector<Event> events_;
   std::vector<Event> fresh_events_;  // since the last report (shown by the live view)
   VerdictTracker tracker_;
+  /// The steady-state window starts no earlier than this (the last autotune change; ns).
+  std::atomic<int64_t> steady_floor_{0};
   std::unique_ptr<Autotuner> autotuner_;
   std::ofstream jsonl_;
   std::mutex wake_mu_;

@@ -45,7 +45,7 @@ void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v) {
   char buf[512];
   os << "after " << fmt(s.t_s, 1) << " s (" << s.status << ")";
   if (steady)
-    os << "; shares and rates over the steady state (the last " << fmt(s.t_s - s.steady_from_s, 1)
+    os << "; shares and rates over the steady state (" << fmt(s.steady_from_s, 1) << " s to " << fmt(s.steady_to_s, 1)
        << " s), the whole run's busy share in brackets";
   os << "\n";
   std::snprintf(buf, sizeof buf, "%-16s %-14s %4s %10s %10s %10s %10s %11s %8s %8s %6s %6s %9s\n", "stage", "type", "wrk",

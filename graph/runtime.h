@@ -66,6 +66,10 @@ using Ports = std::tuple<Packet, Packet, Packet, Packet, Packet, Packet, Packet,
 static_assert(std::tuple_size_v<Ports> == kMaxOutputs);
 using CpuNode = flow::multifunction_node<Packet, Ports>;
 using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
+// A source's fan-out runs as a task of its own: run inline inside its limiters' try_put
+// (lightweight), a limiter message it sends (a filtered item's credit back, a batch's extra
+// credits) would re-enter the limiter that holds its successor lock, and deadlock.
+using SourceRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing>;
 using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
 using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
 using AsyncNode = flow::async_node<Packet, Packet>;
@@ -85,6 +89,9 @@ struct Credits {
   int64_t debt = 0;              // items on the edge beyond the limiter's count
   int64_t phantoms = 0;          // credits held back so that the bound is below the threshold
   int64_t retiring = 0;          // releases to turn into phantoms (the bound is being lowered)
+  // Credits the mirror gave back whose message has not reached the limiter yet (unlocked
+  // sends): the limiter's count is still that much higher than the mirror.
+  std::atomic<int64_t> unsent{0};
 
   /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
   /// `send_unlocked`: limiter messages may run our code inline (a source's edges; edge.cpp).
@@ -100,6 +107,8 @@ struct Credits {
   void extra(int64_t n, int64_t margin);
   /// One more credit if there is one; never owes.
   bool try_extra(int64_t margin);
+  /// Sends a release the mirror has counted (and added to `unsent`) without the lock.
+  void send_unlocked(int64_t n);
   /// Credits free now (never below 0).
   int64_t room() const;
   /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
@@ -136,7 +145,7 @@ struct EdgeRt {
   void count_in(int64_t n = 1);
   /// The consumer took a packet of `n` items (or one marker) off the edge.
   void take(int64_t n) {
-    load.fetch_sub(n, std::memory_order_relaxed);
+    load.fetch_sub(n);  // seq_cst: the end-of-stream protocol reads it (invocation.cpp)
     credits.release(n);
   }
   int capacity() const { return static_cast<int>(credits.bound()); }
@@ -171,7 +180,8 @@ struct StageRt {
   std::type_index out_type = typeid(void);
   std::string out_port;
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
-  bool renumber_input = false;  // several inputs and ordered_commit: a serial node numbers them
+  bool renumber_input = false;
+  bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)  // several inputs and ordered_commit: a serial node numbers them
   int max_workers = 1;          // worker slots (the limiter threshold)
   int start_workers = 1;        // the concurrency the run starts with
   bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
@@ -180,13 +190,14 @@ struct StageRt {
   // Nodes (flow_build.cpp).
   std::unique_ptr<Buffer> inbuf;
   std::unique_ptr<flow::function_node<Packet, Packet>> renumber;
-  Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers`
+  Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers` (a source: 1)
   Credits resources;     // the pool's gate, when the stage has a ResourcePool
   std::unique_ptr<Source> source;
   std::unique_ptr<CpuNode> cpu;
   std::unique_ptr<AsyncNode> async;
   std::unique_ptr<Sequencer> sequencer;
   std::unique_ptr<RouteNode> route;
+  std::unique_ptr<SourceRouteNode> source_route;
   std::unique_ptr<OrderedRouteNode> ordered_route;
   std::array<OutPort*, kMaxOutputs> ports{};  // where items leave for each output edge
   OutPort* bundle_port = nullptr;             // a CPU order-keeping stage: to its sequencer
@@ -209,6 +220,9 @@ struct StageRt {
   size_t outbox_next = 0;
   enum class SourceState { producing, finalizing, ending, ended };
   SourceState source_state = SourceState::producing;
+  // Items the source produced that its fan-out has not taken yet: they will take as many
+  // credits on every edge, which the mirrors do not show yet.
+  std::atomic<int64_t> source_pending_items{0};
 
   std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot
   std::atomic<int64_t> start_ns{0}, end_ns{0};
@@ -243,6 +257,7 @@ struct Runtime {
   int threads = 1;  // the arena's size
 
   std::atomic<int> stop_level{0};
+  std::atomic<bool> winding_down{false};  // Emitter::wind_down: drop what only discarding stages would get
   std::atomic<bool> aborted{false};
   int64_t t0 = 0;
   std::mutex timer_mu;           // guards timer (an abort may come from the monitor during teardown)

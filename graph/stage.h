@@ -139,6 +139,11 @@ class Emitter {
   int worker() const { return worker_; }
   /// True once stop() was requested: sources return false from produce() when they see it.
   bool stop_requested() const;
+  /// This stage has all the input it will use (train after its last step): from now on the
+  /// stages whose outputs lead only to stages that discard on stop drop their queued inputs, as
+  /// on a stop, so the run ends without draining them; the run still ends as "done". The
+  /// sources are told by the stage's own means (the run context's input_done).
+  void wind_down();
   /// Timed stages only (StageType::timed): complete this invocation `d` from now, without
   /// holding a thread; its outputs leave then. The stats count the held time as busy.
   void hold_for(std::chrono::nanoseconds d);
@@ -241,7 +246,8 @@ class Stage {
 
 enum class OnStop {
   finish,   // on a stop request, process what is already queued (default)
-  discard,  // on a stop request, drop queued inputs unprocessed (counted as discarded)
+  discard,  // on a stop request, drop queued inputs unprocessed (counted as discarded); so do the
+            // stages whose every output leads only to discarding stages
 };
 
 /// A registered stage type.

@@ -82,7 +82,7 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
   std::ostringstream os;
   os << std::setprecision(6);
   os << "{\"t\":" << s.t_s << ",\"finished\":" << (s.finished ? "true" : "false") << ",\"status\":" << json_quote(s.status)
-     << ",\"steady_from\":" << s.steady_from_s << ",\"cores\":" << s.cores << ",\"cpu_cores\":" << s.cpu_cores
+     << ",\"steady_from\":" << s.steady_from_s << ",\"steady_to\":" << s.steady_to_s << ",\"cores\":" << s.cores << ",\"cpu_cores\":" << s.cpu_cores
      << ",\"process_cores\":" << s.process_cores << ",\"stages\":[";
   for (size_t i = 0; i < s.stages.size(); ++i) {
     const auto& x = s.stages[i];
@@ -97,6 +97,7 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
        << ",\"steady\":";
     span_json(os, x.steady);
+    if (x.rank >= 0) os << ",\"rank\":" << x.rank;
     os << "}";
   }
   os << "],\"queues\":[";
@@ -141,6 +142,7 @@ Snapshot snapshot_from_json(const std::string& text) {
   s.finished = root.flag("finished");
   s.status = root.string("status");
   s.steady_from_s = root.number("steady_from", -1);
+  s.steady_to_s = root.number("steady_to", s.steady_from_s >= 0 ? s.t_s : -1);
   s.cores = static_cast<int>(root.number("cores"));
   s.cpu_cores = root.number("cpu_cores");
   s.process_cores = root.number("process_cores");
@@ -166,6 +168,7 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.device_busy_s = x.number("device_busy_s");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
+    st.rank = static_cast<int>(x.number("rank", -1));
     st.steady = span_from_json(x.find("steady"));
     s.stages.push_back(std::move(st));
   }

@@ -37,6 +37,7 @@ struct StageStats {
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
   // Over the last report window (live view): rate and busy share.
   double window_items_per_s = 0, window_busy = 0;
+  int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)
   /// Over the steady-state window (see Snapshot::steady_from_s).
   StageSpan steady;
 
@@ -92,9 +93,10 @@ struct Snapshot {
   std::string status;      // "running", "done", "stopped", "failed: ..."
   std::vector<StageStats> stages;  // in graph (topological) order
   std::vector<QueueStats> queues;
-  /// The steady-state window: [steady_from_s, t_s], the last few seconds once every stage was
-  /// running (the start, with its filling queues, is left out). steady_from_s < 0: no window.
-  double steady_from_s = -1;
+  /// The steady-state window: [steady_from_s, steady_to_s], the last few seconds once every
+  /// stage was running (the start, with its filling queues, is left out) and before the drain
+  /// began (the tail after a source ended). steady_from_s < 0: no window.
+  double steady_from_s = -1, steady_to_s = -1;
   int cores = 0;             // threads of the arena the CPU stages share
   double cpu_cores = 0;      // cores the CPU stages kept busy over the window (thread CPU time)
   double process_cores = 0;  // cores the whole process kept busy over the window (torch's own threads too)
@@ -107,7 +109,8 @@ struct Snapshot {
 
   const StageStats* stage(const std::string& name) const;
   const QueueStats* queue_of(const std::string& consumer) const;
-  bool has_steady() const { return steady_from_s >= 0 && t_s - steady_from_s > 0; }
+  bool has_steady() const { return steady_from_s >= 0 && steady_to_s > steady_from_s; }
+  double steady_seconds() const { return has_steady() ? steady_to_s - steady_from_s : 0; }
 };
 
 /// The bottleneck rule (graph/verdict.cpp, README "How the verdict is reached"), over the

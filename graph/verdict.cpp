@@ -76,7 +76,8 @@ Verdict analyze(const Snapshot& s, double saturated) {
   Verdict v;
   if (view.steady) {
     char buf[64];
-    std::snprintf(buf, sizeof buf, "steady state, last %.1f s", s.t_s - s.steady_from_s);
+    std::snprintf(buf, sizeof buf, "steady state, %.1f s (%.1f s to %.1f s)", s.steady_seconds(), s.steady_from_s,
+                  s.steady_to_s);
     v.span = buf;
   } else {
     v.span = "whole run";

@@ -16,10 +16,10 @@
 // Tensor names: "model/<param>", "optim/<state>", "rng/cpu", "rng/cuda/<device>".
 #pragma once
 
+#include "model/checkpoint_file.h"
+#include "model/device_event.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
-
-#include <c10/core/Event.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -28,9 +28,6 @@
 #include <vector>
 
 namespace pipeline::model {
-
-inline constexpr char kCheckpointMagic[8] = {'P', 'I', 'P', 'E', 'C', 'K', 'P', 'T'};
-inline constexpr uint32_t kCheckpointVersion = 1;
 
 /// Everything a checkpoint holds, as host (CPU) tensors.
 struct CheckpointState {
@@ -41,10 +38,15 @@ struct CheckpointState {
   torch::Tensor rng_cpu;  // uint8 state of the default CPU generator
   std::vector<torch::Tensor> rng_cuda;  // uint8 state per CUDA device; empty without CUDA
   /// Set when snapshot() enqueued non-blocking device-to-host copies: they are complete once
-  /// this event has fired. wait() blocks on it; write_checkpoint() calls wait() first.
-  std::shared_ptr<c10::Event> ready;
+  /// this event has fired. wait() blocks on it (sleeping, not spinning); write_checkpoint()
+  /// calls wait() first.
+  std::shared_ptr<DeviceEvent> ready;
+  /// The reusable buffers the tensors above live in, when a SnapshotPool made this state
+  /// (model/snapshot.h): they go back to the pool when the last copy of the state is gone.
+  std::shared_ptr<void> buffers;
 
-  void wait() const;
+  /// Blocks until the copies are done; returns how long it waited.
+  std::chrono::nanoseconds wait() const;
 };
 
 /// Copies model weights, optimizer state (optimizer may be null) and RNG states to the host.
@@ -55,8 +57,14 @@ struct CheckpointState {
 CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::string metadata,
                          bool non_blocking = true);
 
-/// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory). Throws
-/// std::runtime_error naming the path on I/O errors.
+/// Fills state.rng_cpu and state.rng_cuda with the default generators' current states (a few
+/// bytes each, read on the host).
+void capture_rng_states(CheckpointState& state);
+
+/// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory; see
+/// graph/atomic_file.h). On an I/O error (disk full, read-only directory) it throws
+/// pipeline::FileWriteError naming the path and the step, removes path.tmp and leaves an
+/// existing checkpoint at path untouched.
 void write_checkpoint(const std::string& path, const CheckpointState& state);
 
 /// Reads and verifies a checkpoint (magic, version, length, CRC-32). Throws std::runtime_error
@@ -70,8 +78,5 @@ void restore(const CheckpointState& state, GPT& model, AdamW* optimizer, bool re
 /// snapshot() + write_checkpoint() on the calling thread.
 void save_checkpoint(const std::string& path, GPT& model, const AdamW* optimizer, int64_t step,
                      std::string metadata);
-
-/// CRC-32 (IEEE 802.3, the zlib one); chain calls by passing the previous value.
-uint32_t crc32(const void* data, size_t size, uint32_t prev = 0);
 
 }  // namespace pipeline::model

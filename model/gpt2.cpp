@@ -2,6 +2,7 @@
 #include "model/gpt2.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/SDPBackend.h>
 
 #include <cmath>
 #include <sstream>
@@ -139,6 +140,30 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   return resid_dropout(c_proj(y));
 }
 
+torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos,
+                                                     int64_t capacity) {
+  const int64_t B = x.size(0), t = x.size(1), C = x.size(2), hd = C / n_head_;
+  TORCH_CHECK(t == 1 || pos == 0, "forward_cached: several positions at once only for the prompt (pos 0), got ", t,
+              " at pos ", pos);
+  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);                      // 3 x (B, t, C)
+  auto q = qkv[0].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
+  auto k = qkv[1].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
+  auto v = qkv[2].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
+  if (!cache.k.defined()) {
+    cache.k = torch::empty({B, n_head_, capacity, hd}, k.options());  // (B, H, capacity, hd)
+    cache.v = torch::empty({B, n_head_, capacity, hd}, v.options());
+  }
+  cache.k.narrow(2, pos, t).copy_(k);
+  cache.v.narrow(2, pos, t).copy_(v);
+  auto keys = cache.k.narrow(2, 0, pos + t);    // (B, H, pos+t, hd)
+  auto values = cache.v.narrow(2, 0, pos + t);  // (B, H, pos+t, hd)
+  // The prompt attends causally among itself; one new position attends to everything before it.
+  auto y = at::scaled_dot_product_attention(q, keys, values, {}, 0.0,
+                                            /*is_causal=*/t > 1);  // (B, H, t, hd)
+  y = y.transpose(1, 2).contiguous().view({B, t, C});                 // (B, t, C)
+  return resid_dropout(c_proj(y));
+}
+
 MLPImpl::MLPImpl(const GPTConfig& cfg) {
   c_fc = register_module(
       "c_fc", torch::nn::Linear(torch::nn::LinearOptions(cfg.n_embd, 4 * cfg.n_embd).bias(cfg.bias)));
@@ -161,6 +186,11 @@ BlockImpl::BlockImpl(const GPTConfig& cfg) {
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   auto y = x + attn(ln_1(x));
+  return y + mlp(ln_2(y));
+}
+
+torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos, int64_t capacity) {
+  auto y = x + attn->forward_cached(ln_1(x), cache, pos, capacity);
   return y + mlp(ln_2(y));
 }
 
@@ -189,6 +219,39 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   for (const auto& block : *h) x = block->as<Block>()->forward(x);
   x = ln_f(x);  // (B, T, C)
   return torch::nn::functional::linear(x, wte->weight);  // (B, T, Vp)
+}
+
+torch::Tensor GPTImpl::forward_cached(const torch::Tensor& idx, KVCache& cache) {
+  TORCH_CHECK(idx.dim() == 2 && idx.scalar_type() == torch::kLong, "GPT::forward_cached: expected (B, t) int64 ids, got ",
+              idx.sizes(), " ", idx.scalar_type());
+  if (cache.capacity == 0) cache.capacity = cfg_.block_size;
+  const int64_t t = idx.size(1), pos = cache.pos;
+  TORCH_CHECK(cache.capacity <= cfg_.block_size && pos + t <= cache.capacity, "GPT::forward_cached: positions [", pos,
+              ", ", pos + t, ") exceed the cache's ", cache.capacity, " (block_size ", cfg_.block_size, ")");
+  if (cache.layers.empty()) cache.layers.resize(static_cast<size_t>(cfg_.n_layer));
+  auto positions = torch::arange(pos, pos + t, idx.options());  // (t)
+  auto x = drop(wte(idx) + wpe(positions));                     // (B, t, C)
+  for (size_t i = 0; i < h->size(); ++i)
+    x = h[i]->as<Block>()->forward_cached(x, cache.layers[i], pos, cache.capacity);
+  cache.pos = pos + t;
+  x = ln_f(x.select(1, t - 1));                           // (B, C): only the last position is needed
+  return torch::nn::functional::linear(x, wte->weight);  // (B, Vp)
+}
+
+std::string GPTImpl::attention_backend(int64_t T, torch::ScalarType dtype, torch::Device device) const {
+  const int64_t C = cfg_.n_embd, H = cfg_.n_head, hd = C / H;
+  auto qkv = torch::zeros({1, T, 3 * C}, torch::TensorOptions().dtype(dtype).device(device)).split(C, 2);
+  auto q = qkv[0].view({1, T, H, hd}).transpose(1, 2);  // (1, H, T, hd), strided as in forward()
+  auto k = qkv[1].view({1, T, H, hd}).transpose(1, 2);
+  auto v = qkv[2].view({1, T, H, hd}).transpose(1, 2);
+  switch (static_cast<at::SDPBackend>(at::_fused_sdp_choice(q, k, v, {}, is_training() ? cfg_.dropout : 0.0, true))) {
+    case at::SDPBackend::flash_attention: return "flash_attention";
+    case at::SDPBackend::cudnn_attention: return "cudnn_attention";
+    case at::SDPBackend::efficient_attention: return "efficient_attention";
+    case at::SDPBackend::math: return "math";
+    case at::SDPBackend::overrideable: return "overrideable";
+    default: return "none";
+  }
 }
 
 // Slicing rather than masking the padded columns to -inf: the loss and its gradients are then

@@ -70,10 +70,25 @@ class LayerNormImpl : public torch::nn::Module {
 };
 TORCH_MODULE(LayerNorm);
 
+/// Keys and values of the positions decoded so far, per layer, for incremental decoding
+/// (GPTImpl::forward_cached). Buffers are allocated on first use, in the dtype the attention
+/// produces (bf16 under autocast).
+struct KVCache {
+  struct Layer {
+    torch::Tensor k, v;  // (B, H, capacity, hd)
+  };
+  std::vector<Layer> layers;
+  int64_t capacity = 0;  // positions the buffers hold (<= block_size)
+  int64_t pos = 0;       // positions filled
+};
+
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GPTConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// x (B, t, C) holds positions [pos, pos + t); their keys and values go into `cache` and the
+  /// queries attend to [0, pos + t). t > 1 only at pos == 0 (the prompt).
+  torch::Tensor forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos, int64_t capacity);
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
  private:
   int64_t n_head_, n_embd_;
@@ -97,6 +112,7 @@ class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPTConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos, int64_t capacity);
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   MLP mlp{nullptr};
@@ -112,6 +128,17 @@ class GPTImpl : public torch::nn::Module {
   /// idx (B, T) int64 token ids, T <= block_size -> logits (B, T, padded_vocab_size).
   /// Columns >= vocab_size are padding; loss() and sample() never look at them.
   torch::Tensor forward(const torch::Tensor& idx);
+
+  /// Incremental decoding: idx (B, t) int64 are positions [cache.pos, cache.pos + t), which must
+  /// stay within cache.capacity (<= block_size); t > 1 only for the first call (the prompt).
+  /// Returns the logits of the last position, (B, padded_vocab_size), and advances cache.pos.
+  /// Equal to forward(all ids so far)[:, -1] up to rounding (tested).
+  torch::Tensor forward_cached(const torch::Tensor& idx, KVCache& cache);
+
+  /// The kernel scaled_dot_product_attention picks for this model's attention at context T in
+  /// `dtype` on `device` ("flash_attention", "cudnn_attention", "efficient_attention", "math"),
+  /// asked of ATen's own selection with tensors laid out as forward() lays them out.
+  std::string attention_backend(int64_t T, torch::ScalarType dtype, torch::Device device) const;
 
   /// Mean cross-entropy of logits (B, T, padded_vocab) against targets (B, T) int64, over the
   /// real vocabulary only (the padded columns are sliced off, see gpt2.cpp). Returns a

@@ -1,11 +1,17 @@
 // checkpoint: writes the snapshots train takes (every [checkpoint] every steps and at the end)
 // to RUN_DIR/checkpoints/step_NNNNNNNN.ckpt, atomically, keeping the newest `keep`. Writing
-// happens here, on its own thread: training only paid for copying the state off the device.
+// happens here, on its own thread: training only paid for enqueuing the copies of the state into
+// reused pinned buffers (model/snapshot.h), which go back to train's pool once this stage has
+// written them and let go of the step.
+// A write that fails stops the run or is logged, as [checkpoint] on_error says.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
+#include <string>
 
 #include "graph/stage.h"
+#include "stages/data_parallel.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -17,17 +23,28 @@ class Checkpoint : public graph::Stage {
  public:
   explicit Checkpoint(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {}
 
-  void process(graph::Item in, graph::Emitter&) override {
+  void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.checkpoint) return;
     auto t0 = std::chrono::steady_clock::now();
-    r.checkpoint->wait();  // the device-to-host copies of the snapshot
+    out.add_device_wait(r.checkpoint->wait());  // the device-to-host copies of the snapshot (sleeps, no spin)
     auto dir = rc_.run_dir / "checkpoints";
-    fs::create_directories(dir);
     char name[64];
     std::snprintf(name, sizeof name, "step_%08lld.ckpt", static_cast<long long>(r.checkpoint->step));
     auto path = dir / name;
-    model::write_checkpoint(path.string(), *r.checkpoint);
+    try {
+      fs::create_directories(dir);
+      if (rc_.dp) {  // data parallel: the checkpoint also holds every other rank's data cursor
+        auto state = *r.checkpoint;
+        state.metadata = rc_.dp->complete_checkpoint_metadata(state.step, state.metadata);
+        model::write_checkpoint(path.string(), state);
+      } else {
+        model::write_checkpoint(path.string(), *r.checkpoint);
+      }
+    } catch (const std::exception& e) {
+      write_failed(r.checkpoint->step, e.what());
+      return;
+    }
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lock(rc_.mu);
@@ -42,13 +59,46 @@ class Checkpoint : public graph::Stage {
   }
 
  private:
+  // A checkpoint that could not be written (disk full, read-only directory). The writer has
+  // removed its temporary file and the previous checkpoint is untouched; [checkpoint] on_error
+  // says whether the run stops (the engine reports this error and `pipeline run` prints the
+  // resume command) or trains on.
+  void write_failed(int64_t step, const std::string& why) {
+    std::string last;
+    {
+      std::lock_guard<std::mutex> lock(rc_.mu);
+      last = rc_.checkpoint_written;
+    }
+    std::string msg = "checkpoint of step " + std::to_string(step) + " not written: " + why + "; the last good checkpoint is " +
+                      (last.empty() ? std::string("none") : last);
+    if (rc_.cfg.checkpoint.on_error == "warn") {
+      rc_.log->print("warning: " + msg + " (training goes on: [checkpoint] on_error = \"warn\")");
+      return;
+    }
+    throw std::runtime_error(msg + " (to train on past such errors, set [checkpoint] on_error = \"warn\")");
+  }
+
+  // Keeps the newest `keep` checkpoints and removes temporary files that a killed writer left
+  // (this stage is the only writer, one checkpoint at a time, so none is being written now).
   void prune(const fs::path& dir) {
     std::vector<fs::path> all;
-    for (const auto& e : fs::directory_iterator(dir))
-      if (e.path().extension() == ".ckpt") all.push_back(e.path());
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      const auto& p = e.path();
+      if (p.extension() == ".ckpt") {
+        all.push_back(p);
+      } else if (p.extension() == ".tmp" && p.stem().extension() == ".ckpt" && e.is_regular_file(ec)) {
+        remove_logged(p);
+      }
+    }
     std::sort(all.begin(), all.end());  // zero-padded step numbers sort by step
     const auto keep = static_cast<size_t>(rc_.cfg.checkpoint.keep);
-    for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i]);
+    for (size_t i = 0; i + keep < all.size(); ++i) remove_logged(all[i]);
+  }
+
+  void remove_logged(const fs::path& p) {
+    std::error_code ec;
+    if (!fs::remove(p, ec) && ec) rc_.log->print("warning: checkpoint: cannot remove " + p.string() + ": " + ec.message());
   }
 
   RunContext& rc_;

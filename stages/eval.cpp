@@ -1,7 +1,13 @@
 // eval: every [eval] every steps, the validation loss over a fixed set of batches from the
-// validation split and a short sample from a fixed prompt. It runs on its own thread with its
-// own copy of the model (weights handed over by train), so neither training nor the input side
-// waits for it.
+// validation split and a short sample from a fixed prompt (KV cache, under the training's
+// autocast). It runs on its own thread and stream with its own copy of the model (weights handed
+// over by train), so neither training nor the input side waits for it.
+//
+// Stream order, not host waits: eval's stream waits on the step's event (after which train's
+// weight clones are complete) before copying them into its model, and records its stream on
+// each clone, so the caching allocator does not reuse a clone's memory until that copy has run,
+// whichever thread drops the step. The results (loss sum and the sample's ids) come back in one
+// pinned buffer and one event, waited for without spinning.
 #include <cstdio>
 
 #include "datasets/dataset_reader.h"
@@ -22,61 +28,83 @@ namespace {
 
 class Eval : public graph::Stage {
  public:
-  explicit Eval(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
-    if (rc_.cfg.eval.every > 0) load_validation();
+  explicit Eval(const graph::StageContext& ctx)
+      : rc_(require_run_context(ctx.name)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
+    if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
+    load_validation();
+    // Built here, while the graph is built, not in initialize(): module constructors draw from
+    // the global CPU generator, and train draws its dropout masks from it once it runs.
+    model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
   }
 
   void initialize() override {
-    if (rc_.cfg.eval.every <= 0) return;
+    if (!active_) return;
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       c10::cuda::set_device(rc_.device.index());
       c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(false, rc_.device.index()));
     }
 #endif
-    model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
     model_->to(rc_.device);
     model_->eval();
     val_ = val_.to(rc_.device);
   }
 
-  void process(graph::Item in, graph::Emitter&) override {
+  void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.eval) return;
-    wait_ready(r);  // the weight copies are done once the step's event is
+    const c10::Stream stream = model::current_stream(rc_.device);
     {
       torch::NoGradGuard no_grad;
+      if (r.done) r.done->block(stream);  // train's clones are complete at that event: a device-side wait
       auto params = model_->named_parameters();
-      for (const auto& [name, w] : r.eval->weights) params[name].copy_(w);
+      for (const auto& [name, w] : r.eval->weights) {
+        params[name].copy_(w);
+        if (w.is_cuda()) w.record_stream(stream);  // allocated on train's stream, read on ours
+      }
     }
     const auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
-    double sum = 0;
+    torch::Tensor loss_sum, ids;
+    std::vector<int64_t> prompt;
     {
       torch::NoGradGuard no_grad;
       model::AutocastGuard autocast(rc_.device.type(), rc_.cfg.training.dtype == "bf16");
+      loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(rc_.device));
       for (int64_t i = 0; i < n_batches_; ++i) {
         auto buf = val_.narrow(0, i * B * T, B * T + 1);  // (B*T+1)
         auto x = buf.narrow(0, 0, B * T).view({B, T});    // (B, T)
         auto y = buf.narrow(0, 1, B * T).view({B, T});    // (B, T)
-        sum += model_->loss(model_->forward(x), y).item<double>();
+        loss_sum.add_(model_->loss(model_->forward(x), y));
+      }
+      if (rc_.cfg.eval.sample_tokens > 0) {
+        const auto& tok = datasets::Tokenizer::gpt2();
+        auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
+        prompt.assign(ids32.begin(), ids32.end());
+        if (prompt.empty()) prompt.push_back(datasets::Tokenizer::eot_id);
+        model::SampleOptions so;
+        so.n_tokens = rc_.cfg.eval.sample_tokens;
+        so.temperature = rc_.cfg.eval.temperature;
+        so.top_k = rc_.cfg.eval.top_k;
+        so.seed = static_cast<uint64_t>(rc_.cfg.run.seed);
+        ids = model::sample_on_device(model_, prompt, so);  // (sample_tokens) int64, on the device
       }
     }
-    const double val_loss = sum / static_cast<double>(n_batches_);
+    // The sample's ids come back in one transfer, the loss sum in another, behind one event.
+    auto host_loss = to_host(loss_sum);
+    auto host_ids = ids.defined() ? to_host(ids) : torch::Tensor();
+    if (rc_.device.is_cuda()) {
+      model::DeviceEvent fetched;
+      fetched.record(stream);
+      out.add_device_wait(fetched.wait());
+    }
+    const double val_loss = host_loss.item<double>() / static_cast<double>(n_batches_);
     std::string sample;
-    if (rc_.cfg.eval.sample_tokens > 0) {
+    if (host_ids.defined()) {
       const auto& tok = datasets::Tokenizer::gpt2();
-      auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
-      std::vector<int64_t> prompt(ids32.begin(), ids32.end());
-      if (prompt.empty()) prompt.push_back(datasets::Tokenizer::eot_id);
-      model::SampleOptions so;
-      so.n_tokens = rc_.cfg.eval.sample_tokens;
-      so.temperature = rc_.cfg.eval.temperature;
-      so.top_k = rc_.cfg.eval.top_k;
-      so.seed = static_cast<uint64_t>(rc_.cfg.run.seed);
-      auto out = model::sample(model_, prompt, so);
       std::vector<uint32_t> gen;
-      for (size_t i = prompt.size(); i < out.size(); ++i)
-        if (out[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(out[i]));
+      const auto* p = host_ids.data_ptr<int64_t>();
+      for (int64_t i = 0; i < host_ids.numel(); ++i)
+        if (p[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(p[i]));
       sample = rc_.cfg.eval.prompt + tok.decode(gen);
     }
     char line[128];
@@ -90,6 +118,14 @@ class Eval : public graph::Stage {
   }
 
  private:
+  // A host copy of t: a non-blocking copy into pinned memory on CUDA (complete at the next event).
+  torch::Tensor to_host(const torch::Tensor& t) const {
+    if (!t.is_cuda()) return t;
+    auto host = torch::empty(t.sizes(), t.options().device(torch::kCPU).pinned_memory(true));
+    host.copy_(t, /*non_blocking=*/true);
+    return host;
+  }
+
   static std::string indent(const std::string& s) {
     std::string out;
     for (char c : s) {
@@ -139,6 +175,7 @@ class Eval : public graph::Stage {
   }
 
   RunContext& rc_;
+  bool active_;
   model::GPT model_{nullptr};
   torch::Tensor val_;
   int64_t n_batches_ = 0;

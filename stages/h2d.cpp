@@ -1,13 +1,13 @@
-// h2d: copies batches to the GPU on a side stream, without blocking the host, and hands train an
-// event to wait on (on its compute stream, never a device-wide sync). The pinned buffer the copy
-// reads from goes back to pin's pool tagged with that event, so it is reused only after the copy.
-// Without CUDA it passes batches through.
+// h2d: copies each batch's token window (B*T+1 uint16, pinned) to the GPU on a side stream,
+// without blocking the host, and hands train the copy's event to wait on (on its compute stream,
+// never on the host). The pinned buffer goes back to pack's pool from a CUDA host callback
+// enqueued after the copy, so it is rewritten only once the copy has read it and no host thread
+// waits for that. Without CUDA it passes batches through.
 #include "graph/stage.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -32,21 +32,15 @@ class H2D : public graph::Stage {
   void process(graph::Item in, graph::Emitter& out) override {
     auto b = in.take<Batch>();
 #ifdef PIPELINE_HAVE_CUDA
-    if (rc_.device.is_cuda() && stream_) {
+    if (stream_ && !b.tokens.is_cuda()) {
       c10::cuda::CUDAStreamGuard guard(*stream_);
-      const int64_t B = b.x.size(0), T = b.x.size(1);
-      // pin lays x and y out as one (2, B, T) buffer: one transfer.
-      torch::Tensor host = b.slot ? b.slot->buf.view({2, B, T}) : torch::stack({b.x, b.y});  // (2, B, T)
-      auto dev = host.to(rc_.device, torch::kInt64, /*non_blocking=*/true);  // allocated on the side stream
-      auto ev = std::make_shared<at::cuda::CUDAEvent>();
-      ev->record(*stream_);
-      if (b.slot) {
-        b.slot->set_copy_event(ev);
-        b.slot.reset();  // back to the pool now; reused only after `ev`
-      }
-      b.x = dev[0];  // (B, T)
-      b.y = dev[1];  // (B, T)
-      b.ready = ev;
+      // Allocated on this stream; train records its own stream on it before reading.
+      auto dev = torch::empty(b.tokens.sizes(), b.tokens.options().device(rc_.device).pinned_memory(false));
+      dev.copy_(b.tokens, /*non_blocking=*/true);  // (B*T+1) uint16: 2 bytes a token
+      b.ready = std::make_shared<model::DeviceEvent>();
+      b.ready->record(*stream_);
+      if (b.lease) release_after(std::move(b.lease), *stream_);
+      b.tokens = std::move(dev);
     }
 #endif
     out.emit(std::move(b));
@@ -60,7 +54,9 @@ class H2D : public graph::Stage {
 };
 
 PIPELINE_STAGE(h2d, {.name = "h2d",
-                     .doc = "non-blocking host-to-device copy on a side stream with an event for train (pass-through without CUDA)",
+                     .doc = "non-blocking copy of each token window to the GPU on a side stream, with an event for "
+                            "train; pinned buffers return to pack's pool when their copy is done (pass-through "
+                            "without CUDA)",
                      .input = graph::port<Batch>("batch"),
                      .output = graph::port<Batch>("batch"),
                      .own_thread = true,

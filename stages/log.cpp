@@ -1,6 +1,10 @@
 // log: turns step results into a progress line (step/total, loss, learning rate, tokens/s,
 // MFU on CUDA, ETA) and one metrics.jsonl line per step. It waits for each step's event here,
-// off the training thread, so training never stalls on reading its loss.
+// off the training thread and without spinning, so training never stalls on reading its loss;
+// the wait counts as device wait in the stats, not as busy. Once the event completed it reads
+// the step's device timing events (no further sync) and reports train's GPU-busy time to the
+// engine (host time on the CPU), which the stats and the verdict turn into train's GPU-busy share.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,10 +34,17 @@ class Log : public graph::Stage {
     flops_per_token_ = rc_.model.flops_per_token(rc_.cfg.training.seq_len);
   }
 
-  void process(graph::Item in, graph::Emitter&) override {
+  void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.loss.defined()) return;  // a checkpoint-only result (interrupted run)
-    wait_ready(r);                  // the step's values are on the host after this
+    out.add_device_wait(wait_ready(r));  // the step's values (and timing events) are complete after this
+    std::vector<std::pair<std::string, double>> phases;
+    double busy_ms = 0;
+    if (r.timing) {
+      phases = r.timing->phase_ms();
+      busy_ms = r.timing->total_ms();
+      out.add_device_busy(r.timing->stage, std::chrono::nanoseconds(static_cast<int64_t>(busy_ms * 1e6)));
+    }
     auto now = std::chrono::steady_clock::now();
     const float loss = r.loss.item<float>();
     const float norm = r.grad_norm.item<float>();
@@ -43,24 +54,41 @@ class Log : public graph::Stage {
       t0_ = now;
       first_step_ = r.step;
       last_ = now;
+    } else if (r.timing) {
+      busy_after_first_ms_ += busy_ms;
+      train_name_ = r.timing->stage;
     }
     double dt = std::chrono::duration<double>(now - last_).count();
     last_ = now;
     double elapsed = std::chrono::duration<double>(now - t0_).count();
     int64_t steps_timed = r.step - first_step_;
+    timed_s_ = elapsed;
     double tok_s = steps_timed > 0 && elapsed > 0 ? static_cast<double>(steps_timed * r.tokens) / elapsed : 0;
     double ms_step = steps_timed > 0 ? 1000.0 * elapsed / static_cast<double>(steps_timed) : dt * 1000;
-    double mfu = rc_.device.is_cuda() ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12) : 0;
+    // Per device: tokens/s counts every data-parallel rank's tokens, each rank has one device.
+    double mfu = rc_.device.is_cuda()
+                     ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12 * rc_.partition.world)
+                     : 0;
     const int64_t total = rc_.cfg.training.steps;
     double eta = tok_s > 0 ? static_cast<double>((total - r.step) * r.tokens) / tok_s : NAN;
 
     char json[512];
     std::snprintf(json, sizeof json,
                   "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
-                  "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f}",
+                  "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f",
                   static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
                   mfu, elapsed);
-    rc_.log->metric(json);
+    std::string metric = json;
+    // Per phase: device milliseconds on CUDA ("gpu_ms"), host milliseconds on the CPU ("host_ms").
+    if (!phases.empty()) {
+      metric += rc_.device.is_cuda() ? ",\"gpu_ms\":{" : ",\"host_ms\":{";
+      for (size_t i = 0; i < phases.size(); ++i) {
+        std::snprintf(json, sizeof json, "%s\"%s\":%.3f", i ? "," : "", phases[i].first.c_str(), phases[i].second);
+        metric += json;
+      }
+      metric += "}";
+    }
+    rc_.log->metric(metric + "}");
     if (!std::isfinite(loss)) rc_.log->print("warning: step " + std::to_string(r.step) + ": loss is not finite");
 
     if (r.step % rc_.cfg.logging.every == 0 || r.last || r.step == first_step_) {
@@ -78,9 +106,27 @@ class Log : public graph::Stage {
     }
   }
 
+  // train's busy share between the first step and the last: on CUDA the GPU's (device events),
+  // which tells a GPU-bound run from one whose GPU waits for launches or for input.
+  void finalize(graph::Emitter&) override {
+    if (train_name_.empty() || !(timed_s_ > 0)) return;
+    // Capped: log sees a step a little after train finished it, so the span can come out short.
+    const double share = std::min(1.0, busy_after_first_ms_ / 1000.0 / timed_s_);
+    char line[256];
+    if (rc_.device.is_cuda())
+      std::snprintf(line, sizeof line, "%s: GPU busy %.0f%% in forward, backward and step (device events)%s", train_name_.c_str(),
+                    100 * share, share < 0.9 ? "; the GPU idles the rest: launch-bound or waiting for input" : "");
+    else
+      std::snprintf(line, sizeof line, "%s: busy %.0f%% in forward, backward and step (host clock)", train_name_.c_str(),
+                    100 * share);
+    rc_.log->print(line);
+  }
+
  private:
   RunContext& rc_;
   double flops_per_token_ = 0;
+  double busy_after_first_ms_ = 0, timed_s_ = 0;  // since the first step completed
+  std::string train_name_;
   bool started_ = false;
   int64_t first_step_ = 0;
   std::chrono::steady_clock::time_point t0_, last_;

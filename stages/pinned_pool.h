@@ -1,57 +1,75 @@
-// A fixed pool of pinned host buffers for batches. A buffer goes back to the pool when its
-// PinnedSlot handle is destroyed, but is handed out again only after the event of the last
-// copy out of it (set by h2d) has completed: the copy engine may still be reading it.
+// The host buffers token windows travel in: a fixed pool, pinned when training on CUDA, that
+// gates pack through the engine (graph::ResourcePool). pack is admitted an input only while a
+// buffer is free, writes each window straight into one, and the buffer comes back when the last
+// holder of its lease lets go: h2d hands its share to a CUDA host callback that runs once the
+// copy out of the buffer is done, so no host thread ever waits for that copy; on the CPU, train
+// lets go once it has widened the window.
 #pragma once
 
-#include <condition_variable>
+#include <atomic>
+#include <cstdint>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <vector>
 
+#include "graph/stage.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
 
-class PinnedPool;
-
-class PinnedSlot {
+/// A buffer of a WindowPool, handed out: destroying the lease gives it back.
+class WindowLease {
  public:
-  PinnedSlot(std::shared_ptr<PinnedPool> pool, size_t index, torch::Tensor buf)
-      : pool_(std::move(pool)), index_(index), buf(std::move(buf)) {}
-  ~PinnedSlot();
-  PinnedSlot(const PinnedSlot&) = delete;
-  PinnedSlot& operator=(const PinnedSlot&) = delete;
-
-  /// The event that completes when the copy out of this buffer is done (h2d sets it).
-  void set_copy_event(std::shared_ptr<void> event) { copy_done_ = std::move(event); }
+  WindowLease(std::shared_ptr<graph::ResourcePool> pool, int index) : pool_(std::move(pool)), index_(index) {}
+  ~WindowLease() { pool_->release(index_); }
+  WindowLease(const WindowLease&) = delete;
+  WindowLease& operator=(const WindowLease&) = delete;
+  int index() const { return index_; }
+  const graph::ResourcePool& pool() const { return *pool_; }
 
  private:
-  std::shared_ptr<PinnedPool> pool_;
-  size_t index_;
-  std::shared_ptr<void> copy_done_;
-
- public:
-  torch::Tensor buf;  // (2*B*T) int64, pinned: x then y
+  std::shared_ptr<graph::ResourcePool> pool_;
+  int index_;
 };
 
-class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+/// Gives `lease` back once the work enqueued so far on `stream` (a copy out of its buffer) is
+/// done, from a CUDA host callback; at once on a CPU stream. Giving back touches only host
+/// state (the pool and the engine's admission), which is all such a callback may do.
+void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream);
+
+class WindowPool {
  public:
-  /// `count` buffers of `elements` int64 each, in page-locked memory.
-  static std::shared_ptr<PinnedPool> create(size_t count, int64_t elements);
-  /// Blocks until a buffer is free and its last copy has completed.
-  std::shared_ptr<PinnedSlot> acquire();
-  size_t size() const { return buffers_.size(); }
-  size_t free_count();
+  /// `count` buffers of `tokens` uint16 tokens each, page-locked when `pinned`.
+  WindowPool(int count, int64_t tokens, bool pinned);
+
+  struct Window {
+    torch::Tensor tokens;                // (tokens) uint16
+    std::shared_ptr<WindowLease> lease;  // null for an overflow buffer
+  };
+  /// The buffer the engine reserved for the current invocation, for its first window; nullopt
+  /// once taken. (The engine reserves one per invocation, and an invocation may carry a batch of
+  /// inputs: only the first window of the batch finds the reservation.)
+  std::optional<Window> reserved();
+  /// Another buffer if one is free now; never waits.
+  std::optional<Window> spare();
+  /// A buffer from outside the pool, for a window beyond those the pool has free (an input that
+  /// makes more windows than there are free buffers). Allocated per window (from torch's caching
+  /// pinned allocator on CUDA, which keeps it until its copies are done); the engine's bound on
+  /// pack's output queue limits how many exist at once. Counted in overflows().
+  Window overflow();
+
+  std::shared_ptr<graph::ResourcePool> gate() const { return gate_; }
+  int size() const { return gate_->size(); }
+  int64_t overflows() const { return overflows_.load(std::memory_order_relaxed); }
 
  private:
-  friend class PinnedSlot;
-  void release(size_t index, std::shared_ptr<void> copy_done);
-
-  std::mutex mu_;
-  std::condition_variable cv_;
+  Window window(int index);
+  torch::Tensor fresh() const;
+  std::shared_ptr<graph::ResourcePool> gate_;
   std::vector<torch::Tensor> buffers_;
-  std::vector<size_t> free_;
-  std::vector<std::shared_ptr<void>> pending_event_;  // per buffer: copy event to wait on before reuse
+  int64_t tokens_;
+  bool pinned_;
+  std::atomic<int64_t> overflows_{0};
 };
 
 }  // namespace pipeline::stages

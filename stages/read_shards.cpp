@@ -53,7 +53,7 @@ class ReadShards : public graph::Stage {
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
                                     "] mix is empty");
-      reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop);
+      reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
       return;
     }
     std::vector<datasets::MixSource> sources;
@@ -63,7 +63,7 @@ class ReadShards : public graph::Stage {
       throw std::invalid_argument("the checkpoint's data position mixes " + std::to_string(start.sources.size()) +
                                   " datasets, [stages." + ctx.name + "] mix names " + std::to_string(sources.size()));
     mixed_.emplace();
-    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start);
+    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start, reader_options(rc_));
   }
 
   bool produce(graph::Emitter& out) override {

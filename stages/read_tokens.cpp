@@ -1,5 +1,7 @@
 // read_tokens: a source that replaces read_shards + tokenize. Streams pre-tokenized uint16 ids
-// from the token shards of a prepared dataset (`pipeline prepare --tokens`).
+// from the token shards of a prepared dataset (`pipeline prepare --tokens`). By default a chunk
+// holds one batch's worth of tokens (B*T), so that each chunk completes about one window of
+// pack's pool and pack's buffers, not overflow ones, carry the windows (stages/pack.cpp).
 #include "datasets/dataset_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"
@@ -10,12 +12,14 @@ namespace {
 class ReadTokens : public graph::Stage {
  public:
   explicit ReadTokens(const graph::StageContext& ctx)
-      : rc_(require_run_context(ctx.name)), chunk_(static_cast<size_t>(ctx.options.get_int("chunk_tokens"))) {
+      : rc_(require_run_context(ctx.name)) {
+    const auto chunk = ctx.options.get_int_or_auto("chunk_tokens");
+    chunk_ = static_cast<size_t>(chunk ? *chunk : rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
-    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop);
+    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
   }
 
   bool produce(graph::Emitter& out) override {
@@ -32,7 +36,7 @@ class ReadTokens : public graph::Stage {
 
  private:
   RunContext& rc_;
-  size_t chunk_;
+  size_t chunk_ = 0;
   datasets::TokenDatasetReader reader_;
 };
 
@@ -44,7 +48,9 @@ PIPELINE_STAGE(read_tokens,
                 .options = config::Schema()
                                .string("dataset", "", "token dataset directory (empty: [data] dataset)")
                                .string("split", "", "split to read (empty: [data] train_split)")
-                               .integer("chunk_tokens", 65536, "tokens per emitted chunk", 1, 1 << 26),
+                               .integer_or_auto("chunk_tokens", std::string("auto"),
+                                                "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
+                                                1, 1 << 26),
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadTokens>()});
 

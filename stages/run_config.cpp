@@ -19,7 +19,16 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024)
         .boolean("autotune", false,
                  "move every CPU stage's workers and every edge's capacity toward the bottleneck while the run goes "
-                 "(stages and edges set to \"auto\" are tuned anyway)");
+                 "(stages and edges set to \"auto\" are tuned anyway)")
+        .string("backend", "auto",
+                "data parallel under torchrun: collectives on nccl (CUDA) or gloo (CPU); auto: nccl on CUDA, else gloo",
+                {"auto", "nccl", "gloo"})
+        .floating("dist_timeout_s", 600, "data parallel: how long a rank waits for the others (start-up, collectives)",
+                  1, 1e6)
+        .floating("dist_heartbeat_s", 60, "data parallel: a rank whose heartbeat stops this long is reported as gone",
+                  1, 1e6)
+        .floating("dist_bucket_mb", 25, "data parallel: size of the gradient buckets all-reduced during backward",
+                  0.001, 1e5);
     s.emplace_back("model");
     s.back()
         .string("preset", "gpt2", "model size: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a small CPU preset")
@@ -49,7 +58,14 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("seq_len", 1024, "T: tokens per sequence", 1, 1 << 20)
         .integer("grad_accum", 1, "micro-batches per optimizer step (global batch = B*T*grad_accum tokens)", 1, 1 << 20)
         .floating("grad_clip", 1.0, "clip the global gradient norm to this (0: off)", 0.0, 1e9)
-        .string("dtype", "bf16", "autocast dtype of the forward pass; weights stay fp32", {"bf16", "fp32"});
+        .string("dtype", "bf16", "autocast dtype of the forward pass; weights stay fp32", {"bf16", "fp32"})
+        .string("matmul_precision", "high",
+                "fp32 matmuls on CUDA: high (TF32 tensor cores), highest (full fp32) or medium (bf16); the CPU "
+                "always computes in full fp32",
+                {"high", "highest", "medium"})
+        .boolean("cuda_graph", false,
+                 "capture forward+backward and clip+AdamW as CUDA graphs after 3 eager steps and replay them "
+                 "(needs CUDA; measure with bench_model --cuda-graph before turning it on)");
     s.emplace_back("optimizer");
     s.back()
         .floating("lr", 6e-4, "peak learning rate (AdamW)", 0.0, 10.0)
@@ -72,7 +88,11 @@ const std::vector<config::Schema>& run_schemas() {
     s.back()
         .integer("every", 0, "steps between checkpoints (0: none during the run)", 0, 1e12)
         .integer("keep", 2, "newest checkpoints kept in the run directory", 1, 1e6)
-        .boolean("at_end", true, "write a checkpoint when the run ends or is interrupted");
+        .boolean("at_end", true, "write a checkpoint when the run ends or is interrupted")
+        .string("on_error", "stop",
+                "when a checkpoint cannot be written (disk full, read-only directory): stop (the run ends "
+                "with the resume command) or warn (log it and train on)",
+                {"stop", "warn"});
     s.emplace_back("logging");
     s.back()
         .integer("every", 10, "steps between progress lines", 1, 1e12)
@@ -119,8 +139,11 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   };
 
   auto run = sec("run");
-  rc.run = {run.get_string("name"), run.get_string("dir"), run.get_int("seed"), run.get_string("device"),
-            run.get_int("threads"), run.get_bool("autotune")};
+  rc.run = {run.get_string("name"),        run.get_string("dir"),
+            run.get_int("seed"),            run.get_string("device"),
+            run.get_int("threads"),         run.get_bool("autotune"),
+            run.get_string("backend"),      run.get_float("dist_timeout_s"),
+            run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb")};
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),
@@ -143,7 +166,8 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
-                 t.get_float("grad_clip"), t.get_string("dtype")};
+                 t.get_float("grad_clip"), t.get_string("dtype"), t.get_string("matmul_precision"),
+                 t.get_bool("cuda_graph")};
 
   auto o = sec("optimizer");
   rc.optimizer = {o.get_float("lr"), o.get_float("min_lr"), o.get_float("beta1"), o.get_float("beta2"),
@@ -157,7 +181,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
              e.get_float("temperature"), e.get_int("top_k")};
 
   auto c = sec("checkpoint");
-  rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end")};
+  rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end"), c.get_string("on_error")};
 
   auto l = sec("logging");
   rc.logging = {l.get_int("every"), l.get_string("live"), l.get_int("stats_interval_ms"), l.get_bool("trace"),

@@ -19,6 +19,11 @@ struct RunSection {
   std::string device = "auto";  // auto | cpu | cuda
   int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)
   bool autotune = false;        // tune every CPU stage's workers and every edge's capacity
+  // Data parallel (under torchrun):
+  std::string backend = "auto";  // auto | nccl | gloo
+  double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)
+  double dist_heartbeat_s = 60;  // a rank silent this long is reported as gone
+  double dist_bucket_mb = 25;    // gradient all-reduce bucket size
 };
 
 struct ModelSection {
@@ -44,6 +49,8 @@ struct TrainingSection {
   int64_t grad_accum = 1;     // micro-batches per optimizer step
   double grad_clip = 1.0;     // 0 disables clipping
   std::string dtype = "bf16"; // bf16 | fp32 (autocast dtype for forward)
+  std::string matmul_precision = "high";  // fp32 matmuls on CUDA: high (TF32) | highest | medium
+  bool cuda_graph = false;    // replay the step as CUDA graphs (model/captured_step.h)
 };
 
 struct OptimizerSection {
@@ -66,6 +73,7 @@ struct CheckpointSection {
   int64_t every = 0;  // steps between checkpoints (0 = only at the end)
   int64_t keep = 2;   // newest checkpoints kept
   bool at_end = true;
+  std::string on_error = "stop";  // stop | warn: what a failed checkpoint write does to the run
 };
 
 struct LoggingSection {

@@ -3,11 +3,13 @@
 
 #include <chrono>
 #include <ctime>
-#include <fstream>
 
+#include "graph/atomic_file.h"
 #include "graph/json.h"
 #include "model/checkpoint.h"
+#include "model/dist_env.h"
 #include "model/hf_gpt2.h"
+#include "stages/data_parallel.h"
 
 namespace pipeline::stages {
 
@@ -106,13 +108,71 @@ model::GPTConfig model_config(const RunConfig& rc) {
   return m;
 }
 
-torch::Device pick_device(const RunConfig& rc) {
+// Under torchrun, each rank on a machine takes the GPU numbered by its LOCAL_RANK.
+torch::Device pick_device(const RunConfig& rc, const std::optional<dist::LaunchEnv>& env) {
   const auto& d = rc.run.device;
   bool cuda = torch::cuda::is_available();
   if (d == "cuda" && !cuda)
     throw config::ConfigError(rc.file.string() + ": [run] device: \"cuda\" was asked for but no CUDA device is available");
-  if (d == "cuda" || (d == "auto" && cuda)) return torch::Device(torch::kCUDA, 0);
+  if (d == "cuda" || (d == "auto" && cuda)) {
+    const int index = env ? env->local_rank : 0;
+    const int count = static_cast<int>(torch::cuda::device_count());
+    if (index >= count)
+      throw dist::LaunchError("LOCAL_RANK is " + std::to_string(index) + " but this machine has " + std::to_string(count) +
+                              " CUDA device" + (count == 1 ? "" : "s") + ": start at most " + std::to_string(count) +
+                              " ranks per machine (torchrun --nproc-per-node)");
+    return torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(index));
+  }
   return torch::kCPU;
+}
+
+dist::BackendKind pick_backend(const RunConfig& rc, const torch::Device& device) {
+  const auto& b = rc.run.backend;
+  if (b == "nccl" && !device.is_cuda())
+    throw config::ConfigError(rc.file.string() + ": [run] backend: \"nccl\" needs CUDA devices, and this run trains on " +
+                              device.str() + " (use \"gloo\", or \"auto\")");
+  if (b == "nccl" || (b == "auto" && device.is_cuda())) return dist::BackendKind::nccl;
+  return dist::BackendKind::gloo;
+}
+
+// What every rank must agree on, one "section.key = value" line each: the resolved settings
+// minus those that may differ between machines without changing what is trained (paths, names,
+// thread and worker counts, logging).
+std::string config_fingerprint(const std::vector<config::Section>& sections) {
+  auto skip = [](const std::string& section, const std::string& key) {
+    if (section == "logging") return true;
+    if (section == "run") return key == "name" || key == "dir" || key == "threads" || key == "device";
+    if (section == "data") return key == "dataset";
+    if (section.rfind("stages.", 0) == 0)
+      return key == "dataset" || key == "mix" || key == "workers" || key == "capacity";
+    return false;
+  };
+  std::string out;
+  for (const auto& s : sections) {
+    std::string toml = config::to_toml({s});
+    for (size_t at = toml.find('\n') + 1; at < toml.size();) {  // past the [section] line
+      size_t end = toml.find('\n', at);
+      std::string line = toml.substr(at, end - at);
+      at = end + 1;
+      if (line.empty()) continue;
+      if (!skip(s.name(), line.substr(0, line.find(' ')))) out += s.name() + "." + line + "\n";
+    }
+  }
+  return out;
+}
+
+// Joins the other ranks (torchrun): the data-parallel group, and this rank's share of the data.
+void join_ranks(RunPlan& plan, const dist::LaunchEnv& env) {
+  auto& ctx = *plan.ctx;
+  const auto& run = ctx.cfg.run;
+  dist::GroupOptions o;
+  o.backend = pick_backend(ctx.cfg, ctx.device);
+  o.device = ctx.device;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_timeout_s * 1000));
+  o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_heartbeat_s * 1000));
+  o.config_fingerprint = config_fingerprint(plan.sections());
+  ctx.dp = std::make_shared<DataParallel>(dist::Group::join(env, o), o.backend);
+  ctx.partition = {static_cast<uint32_t>(env.rank), static_cast<uint32_t>(env.world_size)};
 }
 
 std::string timestamp() {
@@ -124,11 +184,56 @@ std::string timestamp() {
   return buf;
 }
 
+// The run directory (new, or the one --resume names), the checkpoint to resume from and this
+// rank's data position in it, and the run log. With several ranks, rank 0 names a new run
+// directory and is the only one to write into it.
+void locate_run(RunPlan& plan, const RunRequest& req) {
+  auto& ctx = plan.ctx;
+  const int rank = ctx->dp ? ctx->dp->rank() : 0;
+  const int world = ctx->dp ? ctx->dp->size() : 1;
+
+  if (!req.resume.empty()) {
+    if (!fs::is_directory(req.resume)) throw std::runtime_error(req.resume.string() + ": no such run directory");
+    auto ckpt = latest_checkpoint(req.resume);
+    if (ckpt.empty())
+      throw std::runtime_error(req.resume.string() + ": no checkpoint in " + (req.resume / "checkpoints").string() +
+                               " to resume from");
+    auto state = model::read_checkpoint(ckpt.string());
+    ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
+    ctx->start_step = state.step;
+    ctx->resume_from = ckpt;
+    ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
+    ctx->run_dir = req.resume;
+  } else if (req.create_run_dir && rank != 0) {
+    ctx->run_dir = ctx->dp->group().get("run_dir");  // named by rank 0 (its clock, its checks)
+  } else if (req.create_run_dir) {
+    ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
+                                            : fs::path(ctx->cfg.run.dir);
+    if (!latest_checkpoint(ctx->run_dir).empty())  // (temporaries a killed writer left do not count)
+      throw std::runtime_error(ctx->run_dir.string() +
+                               " already holds a run with checkpoints; continue it with --resume " +
+                               ctx->run_dir.string() + ", or choose another [run] dir");
+  }
+  const bool writer = ctx->writer();
+  if (!ctx->run_dir.empty() && writer) {
+    fs::create_directories(ctx->run_dir);
+    if (req.resume.empty()) {
+      // --resume reads this file back: a run whose config.toml could not be written must not start.
+      write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +
+                                                          plan.config_path.string() + ").\n\n" +
+                                                          config::to_toml(plan.sections()));
+    }
+    if (ctx->dp && req.resume.empty()) ctx->dp->group().set("run_dir", ctx->run_dir.string());
+  }
+  // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
+  ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);
+}
+
 }  // namespace
 
 graph::EngineOptions engine_options(const RunContext& ctx) {
   graph::EngineOptions opts;
-  opts.run_dir = ctx.run_dir;
+  opts.run_dir = ctx.writer() ? ctx.run_dir : std::filesystem::path();  // ranks > 0: stats go to rank 0
   opts.sample_interval = std::chrono::milliseconds(ctx.cfg.logging.stats_interval_ms);
   opts.trace = ctx.cfg.logging.trace;
   opts.autotune = ctx.cfg.run.autotune;
@@ -151,43 +256,15 @@ RunPlan plan_run(const RunRequest& req) {
   plan.doc.check_all_used();
   graph::validate(plan.spec);  // the graph's structure, before anything touches the disk
   ctx->model = model_config(ctx->cfg);
-  ctx->device = pick_device(ctx->cfg);
-
-  if (!req.resume.empty()) {
-    if (!fs::is_directory(req.resume)) throw std::runtime_error(req.resume.string() + ": no such run directory");
-    auto ckpt = latest_checkpoint(req.resume);
-    if (ckpt.empty())
-      throw std::runtime_error(req.resume.string() + ": no checkpoint in " + (req.resume / "checkpoints").string() +
-                               " to resume from");
-    auto state = model::read_checkpoint(ckpt.string());
-    auto meta = json_parse(state.metadata);
-    auto cursor = meta.find("cursor");
-    if (!cursor) throw std::runtime_error(ckpt.string() + ": checkpoint metadata has no data cursor");
-    try {
-      ctx->start = DataCursor::from_json(*cursor);
-    } catch (const std::exception& e) {
-      throw std::runtime_error(ckpt.string() + ": " + e.what());
-    }
-    ctx->start_step = state.step;
-    ctx->resume_from = ckpt;
-    ctx->run_dir = req.resume;
-  } else if (req.create_run_dir) {
-    ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
-                                            : fs::path(ctx->cfg.run.dir);
-    if (fs::exists(ctx->run_dir / "checkpoints") && !fs::is_empty(ctx->run_dir / "checkpoints"))
-      throw std::runtime_error(ctx->run_dir.string() +
-                               " already holds a run with checkpoints; continue it with --resume " +
-                               ctx->run_dir.string() + ", or choose another [run] dir");
+  const auto env = dist::launch_env();  // set by torchrun; none for one process
+  ctx->device = pick_device(ctx->cfg, env);
+  if (env && req.create_run_dir) join_ranks(plan, *env);
+  try {
+    locate_run(plan, req);
+  } catch (const std::exception& e) {
+    if (ctx->dp) ctx->dp->group().record_exit(e.what());  // the others stop waiting for this rank
+    throw;
   }
-  if (!ctx->run_dir.empty()) {
-    fs::create_directories(ctx->run_dir);
-    if (req.resume.empty()) {
-      std::ofstream out(ctx->run_dir / "config.toml");
-      out << "# Resolved configuration of this run (from " << plan.config_path.string() << ").\n\n"
-          << config::to_toml(plan.sections());
-    }
-  }
-  ctx->log = std::make_shared<RunLog>(ctx->run_dir);
   return plan;
 }
 

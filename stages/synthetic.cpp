@@ -1,6 +1,7 @@
 // synthetic: random tokens of the configured shape, replacing the whole input side, to measure
-// compute alone. A few distinct batches are made up front and emitted in turn, so the source
-// costs next to nothing per item.
+// compute alone. A few distinct windows of B*T+1 uint16 tokens (pinned on CUDA, as pack's are)
+// are made up front and emitted in turn, so the source costs next to nothing per item; they are
+// never rewritten, so no copy out of them needs fencing.
 #include "graph/stage.h"
 #include "stages/types.h"
 
@@ -15,7 +16,8 @@ class Synthetic : public graph::Stage {
     int64_t distinct = ctx.options.get_int("distinct");
     for (int64_t i = 0; i < distinct; ++i) {
       auto buf = torch::randint(0, rc_.model.vocab_size, {B * T + 1}, gen, torch::kInt64);  // (B*T+1)
-      pool_.push_back(buf);
+      auto window = buf.to(torch::kUInt16);  // (B*T+1)
+      pool_.push_back(rc_.device.is_cuda() ? window.pin_memory() : window);
     }
     next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
   }
@@ -25,8 +27,9 @@ class Synthetic : public graph::Stage {
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
     const auto& buf = pool_[static_cast<size_t>(next_index_) % pool_.size()];
     Batch b;
-    b.x = buf.narrow(0, 0, B * T).view({B, T});  // (B, T)
-    b.y = buf.narrow(0, 1, B * T).view({B, T});  // (B, T)
+    b.tokens = buf;  // (B*T+1) uint16
+    b.B = B;
+    b.T = T;
     b.index = next_index_++;
     b.after = DataCursor{};
     out.emit(std::move(b));

@@ -1,20 +1,25 @@
 // train: forward and loss under bf16 autocast, backward, gradient clipping, AdamW step with the
 // warmup + cosine schedule, gradient accumulation to the global batch. Runs on a thread of its
 // own (CUDA stream, autocast and grad mode are thread-local). On CUDA a step makes no host sync:
-// it waits for the batch's copy event on its own stream, and the loss and gradient norm leave
-// the device through a non-blocking copy into pinned memory with an event that log waits on.
+// it waits for the batch's copy event on its own stream, widens the uint16 window there, and the
+// loss and gradient norm leave the device through a non-blocking copy into pinned memory with an
+// event that log waits on. Events around forward, backward and the step time them on the
+// device; log reads them once the step is done. With [training] cuda_graph, forward+backward and
+// clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/captured_step.h).
 #include <chrono>
 
 #include "graph/stage.h"
 #include "model/autocast.h"
+#include "model/captured_step.h"
 #include "model/hf_gpt2.h"
 #include "model/optim.h"
 #include "model/schedule.h"
+#include "model/snapshot.h"
+#include "stages/data_parallel.h"
+#include "stages/pinned_pool.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -23,13 +28,55 @@
 namespace pipeline::stages {
 namespace {
 
+// Eager steps before the step is captured as CUDA graphs: cuBLAS handles, workspaces and the
+// autocast and optimizer state come to exist outside capture (DESIGN.md: about 3).
+constexpr int64_t kGraphWarmupSteps = 3;
+
+// Times the phases of one step into a StepTiming: timing events on the device's current stream
+// (CUDA), or the host clock.
+class PhaseClock {
+ public:
+  PhaseClock(torch::Device device, StepTiming& timing) : device_(device), timing_(timing) {}
+  void begin(const char* phase) {
+    StepTiming::Span s{phase, nullptr, nullptr, 0};
+    if (device_.is_cuda()) {
+      s.start = std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing);
+      s.end = std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing);
+      s.start->record_current(device_);
+    }
+    timing_.spans.push_back(std::move(s));
+    t0_ = std::chrono::steady_clock::now();
+  }
+  void end() {
+    auto& s = timing_.spans.back();
+    if (s.end)
+      s.end->record_current(device_);
+    else
+      s.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+  }
+
+ private:
+  torch::Device device_;
+  StepTiming& timing_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
 class Train : public graph::Stage {
  public:
-  explicit Train(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit Train(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)), name_(ctx.name) {
     const auto& t = rc_.cfg.training;
     if (t.seq_len > rc_.model.block_size)
       throw std::invalid_argument("[training] seq_len = " + std::to_string(t.seq_len) +
                                   " exceeds the model's block_size " + std::to_string(rc_.model.block_size));
+    if (t.cuda_graph && !rc_.device.is_cuda())
+      throw std::invalid_argument("[training] cuda_graph = true needs CUDA, but the run is on " + rc_.device.str() +
+                                  " (set it to false, or [run] device = \"cuda\" on a machine with a GPU)");
+    if (t.cuda_graph && rc_.dp)
+      throw std::invalid_argument("[training] cuda_graph = true is not supported with several ranks yet (the captured "
+                                  "step has no gradient all-reduce): set it to false under torchrun");
+    if (t.cuda_graph && !rc_.cfg.optimizer.fused)
+      throw std::invalid_argument("[training] cuda_graph = true needs [optimizer] fused = true (the captured step is "
+                                  "the fused AdamW)");
   }
 
   void initialize() override {
@@ -39,10 +86,13 @@ class Train : public graph::Stage {
       c10::cuda::set_device(rc_.device.index());
       stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, rc_.device.index());
       c10::cuda::setCurrentCUDAStream(*stream_);  // this thread's current stream from now on
+      // Process-wide: fp32 matmuls (those outside autocast, and all of an fp32 run) on TF32 cores.
+      at::globalContext().setFloat32MatmulPrecision(cfg.training.matmul_precision);
     }
 #endif
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(cfg.run.seed));
     if (rc_.resume_from.empty() && !cfg.model.init_from.empty()) model::load_hf_weights(model_, cfg.model.init_from);
+    torch::manual_seed(cfg.run.seed);  // dropout's generators: from the seed alone (restore() overrides on resume)
     model_->to(rc_.device);
     model_->train();
     model::AdamWOptions o;
@@ -58,133 +108,224 @@ class Train : public graph::Stage {
       model::restore(state, model_, opt_.get());
     }
     for (auto& p : model_->parameters()) params_.push_back(p);
+    // Data parallel: every rank starts from rank 0's weights; gradients are averaged in backward.
+    if (rc_.dp) {
+      sync_ = std::make_unique<TrainSync>(*rc_.dp, cfg, params_);
+      rc_.log->print(sync_->describe_buckets());
+    }
     sched_ = model::LrSchedule{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps, cfg.training.steps};
     step_ = rc_.start_step;
     cursor_ = rc_.start;
     step_cursor_ = rc_.start;
     autocast_ = cfg.training.dtype == "bf16";
+    // Checkpoint snapshots go into buffers allocated now, once (model/snapshot.h).
+    if (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
+    describe_kernels();
     if (step_ >= cfg.training.steps) finish();
   }
 
   void process(graph::Item in, graph::Emitter& out) override {
     if (done_) return;  // the run has its steps: what is still queued is not needed
-    auto b = in.take<Batch>();
-    torch::Tensor x = b.x, y = b.y;  // (B, T)
-    if (rc_.device.is_cuda()) {
-#ifdef PIPELINE_HAVE_CUDA
-      if (b.ready) {
-        // Order the copy before our kernels on the device; the host does not wait.
-        static_cast<at::cuda::CUDAEvent*>(b.ready.get())->block(*stream_);
-        // x and y were allocated on h2d's stream: keep the allocator from reusing them while
-        // this stream still reads them.
-        c10::cuda::CUDACachingAllocator::recordStream(x.storage().data_ptr(), *stream_);
-      } else if (!x.is_cuda()) {
-        auto both = torch::stack({x, y}).to(rc_.device, /*non_blocking=*/false);  // (2, B, T): no h2d stage
-        x = both[0];
-        y = both[1];
-      }
-#endif
-    }
-    torch::Tensor loss;
-    {
-      model::AutocastGuard autocast(rc_.device.type(), autocast_);
-      auto logits = model_->forward(x);  // (B, T, V)
-      loss = model_->loss(logits, y);    // ()
-    }
     const auto accum = rc_.cfg.training.grad_accum;
-    if (accum > 1) loss = loss / static_cast<double>(accum);
-    loss.backward();  // outside autocast, as in PyTorch
-    loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
+    const bool last_micro_batch = micro_ + 1 == accum;
+    if (sync_ && !sync_->before_forward(last_micro_batch)) return stop_with_the_others(out);
+    auto b = in.take<Batch>();
+    if (!timing_) {
+      timing_ = std::make_shared<StepTiming>();
+      timing_->stage = name_;
+    }
+    PhaseClock clock(rc_.device, *timing_);
+    torch::Tensor tokens = on_device(b);  // (B*T+1) uint16, readable on this thread's stream
+    if (graphs_) {
+      clock.begin("fwd_bwd");
+      graphs_->micro_batch(tokens, micro_);
+      clock.end();
+    } else {
+      forward_backward(tokens, b, clock, last_micro_batch);
+    }
     cursor_ = b.after;
-    if (++micro_ < accum) return;
+    if (++micro_ < rc_.cfg.training.grad_accum) return;
     micro_ = 0;
-    step(out);
+    step(out, clock);
   }
 
   void finalize(graph::Emitter& out) override {
     // Stopped before the last step (Ctrl-C, or the data ran out with loop = false): record where
     // we are so `--resume` continues from here. A partial accumulation is dropped; its batches
     // are read again on resume because the cursor is that of the last completed step.
-    if (done_ || !rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
+    if (done_) return;
+    if (sync_) sync_->end_of_input();  // data parallel: the other ranks stop after this step too
+    emit_final_checkpoint(out);
+  }
+
+ private:
+  void emit_final_checkpoint(graph::Emitter& out) {
+    if (!rc_.cfg.checkpoint.at_end || step_ == rc_.start_step) return;
     StepResult r;
     r.step = step_;
     r.last = true;
     r.cursor = step_cursor_;
     r.issued = std::chrono::steady_clock::now();
-    r.checkpoint = snapshot();
+    if (!sync_ || sync_->checkpoint_here(step_, step_cursor_)) r.checkpoint = snapshot();
     out.emit(std::move(r));
   }
 
- private:
-  void step(graph::Emitter& out) {
+  // Data parallel: the ranks agreed to stop before this step (a stop request or a rank out of
+  // data), so every rank checkpoints the same step.
+  void stop_with_the_others(graph::Emitter& out) {
+    emit_final_checkpoint(out);
+    finish(&out);
+  }
+
+  // The batch's window where this thread's stream can read it.
+  torch::Tensor on_device(Batch& b) {
+#ifdef PIPELINE_HAVE_CUDA
+    if (stream_) {
+      if (b.ready) {
+        // Order h2d's copy before our kernels on the device; the host does not wait.
+        b.ready->block(*stream_);
+        // The window was allocated on h2d's stream: keep the allocator from reusing it while this
+        // stream may still read it.
+        b.tokens.record_stream(*stream_);
+      } else if (!b.tokens.is_cuda()) {
+        // No h2d stage: copy here, on this stream, and give the buffer back once the copy is done.
+        auto dev = b.tokens.to(rc_.device, /*non_blocking=*/true);
+        if (b.lease) release_after(std::move(b.lease), *stream_);
+        return dev;
+      }
+    }
+#endif
+    return b.tokens;
+  }
+
+  void forward_backward(const torch::Tensor& tokens, Batch& b, PhaseClock& clock, bool last_micro_batch) {
+    const auto accum = rc_.cfg.training.grad_accum;
+    clock.begin("fwd");
+    auto [x, y] = batch_inputs(tokens, b.B, b.T);  // (B, T) int64 each, widened on this stream
+    b.lease.reset();  // on the CPU the window has been read: its buffer goes back to pack now
+    torch::Tensor loss;
+    {
+      model::AutocastGuard autocast(rc_.device.type(), autocast_);
+      auto logits = model_->forward(x);  // (B, T, V)
+      loss = model_->loss(logits, y);    // ()
+    }
+    if (accum > 1) loss = loss / static_cast<double>(accum);
+    clock.end();
+    clock.begin("bwd");
+    if (sync_) sync_->before_backward(loss, last_micro_batch);  // all-reduce buckets as gradients fill
+    loss.backward();  // outside autocast, as in PyTorch
+    clock.end();
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss.detach() : loss.detach();
+  }
+
+  void step(graph::Emitter& out, PhaseClock& clock) {
     const auto& cfg = rc_.cfg;
-    torch::Tensor norm = cfg.training.grad_clip > 0 ? model::clip_grad_norm(params_, cfg.training.grad_clip)
-                                                    : model::clip_grad_norm(params_, 1e30);  // the norm, no clipping
     const double lr = sched_.at(step_);
-    opt_->set_lr(lr);
-    opt_->step();
-    opt_->zero_grad();
+    torch::Tensor norm;
+    clock.begin("step");
+    if (snapshots_) snapshots_->order_before_update();  // the last snapshot's copies read the weights
+    if (graphs_) {
+      std::tie(loss_sum_, norm) = graphs_->update(lr);
+    } else {
+      norm = model::clip_grad_norm(params_, cfg.training.grad_clip > 0 ? cfg.training.grad_clip : 1e30);  // 1e30: the norm, no clipping
+      opt_->set_lr(lr);
+      opt_->step();
+      opt_->zero_grad();
+    }
+    clock.end();
     ++step_;
     step_cursor_ = cursor_;
+    if (cfg.training.cuda_graph && !graphs_ && step_ - rc_.start_step >= kGraphWarmupSteps)
+      graphs_ = std::make_unique<model::CapturedStep>(
+          model_, *opt_,
+          model::CapturedStepOptions{cfg.training.batch_size, cfg.training.seq_len, cfg.training.grad_accum,
+                                     cfg.training.grad_clip, autocast_});
 
     StepResult r;
     r.step = step_;
-    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum;
+    r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum * rc_.partition.world;  // all ranks
     r.lr = lr;
     r.cursor = cursor_;
     r.last = step_ >= cfg.training.steps;
-    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last)) {
+    r.timing = std::move(timing_);
+    if (sync_) sync_->average(loss_sum_, norm, r);  // the logged loss and norm: means over the ranks
+    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last) && rc_.writer()) {
       auto w = std::make_shared<EvalWeights>();
       w->step = step_;
       torch::NoGradGuard no_grad;
       for (const auto& p : model_->named_parameters()) w->weights.emplace_back(p.key(), p.value().detach().clone());
       r.eval = std::move(w);
     }
-    if ((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end))
+    if (((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end)) &&
+        (!sync_ || sync_->checkpoint_here(step_, step_cursor_)))
       r.checkpoint = snapshot();
-#ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       auto pinned = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true);
       r.loss = torch::empty({}, pinned);
       r.grad_norm = torch::empty({}, pinned);
       r.loss.copy_(loss_sum_, /*non_blocking=*/true);
       r.grad_norm.copy_(norm, /*non_blocking=*/true);
-      auto ev = std::make_shared<at::cuda::CUDAEvent>();
-      ev->record(*stream_);  // after the copies and the eval weight clones
-      r.done = ev;
-    }
-#endif
-    if (!r.done) {
+      r.done = std::make_shared<model::DeviceEvent>();
+      r.done->record_current(rc_.device);  // after the copies, the eval weight clones and the timing events
+    } else {
       r.loss = loss_sum_.to(torch::kFloat32);
       r.grad_norm = norm.to(torch::kFloat32);
     }
     loss_sum_ = torch::Tensor();
     r.issued = std::chrono::steady_clock::now();
     rc_.last_step.store(step_);
-    if (r.last) finish();
+    if (r.last) finish(&out);
     out.emit(std::move(r));
   }
 
   std::shared_ptr<const model::CheckpointState> snapshot() {
     std::string meta = "{\"step\":" + std::to_string(step_) + ",\"cursor\":" + step_cursor_.to_json() +
                        ",\"seed\":" + std::to_string(rc_.cfg.run.seed) + ",\"model\":" + rc_.model.to_json() + "}";
-    return std::make_shared<model::CheckpointState>(model::snapshot(model_, opt_.get(), step_, meta, /*non_blocking=*/true));
+    if (!snapshots_) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
+    const auto waited = snapshots_->waited();
+    auto state = std::make_shared<model::CheckpointState>(snapshots_->take(step_, std::move(meta)));
+    if (const auto w = snapshots_->waited() - waited; w > std::chrono::milliseconds(1))
+      rc_.log->print(name_ + ": waited " + std::to_string(std::chrono::duration<double>(w).count()) +
+                     " s for the previous checkpoint to be written before taking the next snapshot");
+    return state;
   }
 
-  void finish() {
+  // Once, at start-up: which attention kernel SDPA takes, and how fp32 matmuls run.
+  void describe_kernels() {
+    const auto dtype = autocast_ && rc_.device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
+    const auto backend = model_->attention_backend(rc_.cfg.training.seq_len, dtype, rc_.device);
+    std::string line = name_ + ": attention " + backend + " (" + std::string(c10::toString(dtype)) + ", head_dim " +
+                       std::to_string(rc_.model.head_dim()) + ")";
+    if (rc_.device.is_cuda())
+      line += ", fp32 matmul precision " + rc_.cfg.training.matmul_precision +
+              (rc_.cfg.training.cuda_graph ? ", CUDA graphs after " + std::to_string(kGraphWarmupSteps) + " eager steps" : "");
+    rc_.log->print(line);
+    if (rc_.device.is_cuda() && autocast_ && backend != "flash_attention" && backend != "cudnn_attention")
+      rc_.log->print("warning: " + name_ + ": scaled_dot_product_attention takes the " + backend +
+                     " kernel, not flash or cuDNN attention: expect a slower step and more memory");
+  }
+
+  void finish(graph::Emitter* out = nullptr) {
+    if (out) out->wind_down();  // what is in flight towards train is dropped, not drained
+    if (sync_) sync_->finish();
     done_ = true;
     rc_.input_done.store(true);  // sources stop; what is in flight drains and is dropped here
   }
 
   RunContext& rc_;
+  std::string name_;
   model::GPT model_{nullptr};
   std::unique_ptr<model::AdamW> opt_;
+  std::unique_ptr<model::SnapshotPool> snapshots_;
+  std::unique_ptr<model::CapturedStep> graphs_;  // [training] cuda_graph, after the warm-up steps
   std::vector<torch::Tensor> params_;
   model::LrSchedule sched_;
   int64_t step_ = 0, micro_ = 0;
   bool autocast_ = true, done_ = false;
   torch::Tensor loss_sum_;
+  std::shared_ptr<StepTiming> timing_;  // the step being issued
   DataCursor cursor_, step_cursor_;
+  std::unique_ptr<TrainSync> sync_;  // data parallel only
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

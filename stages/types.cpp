@@ -2,14 +2,12 @@
 // the run context (see types.h).
 #include "stages/types.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <stdexcept>
 
-
-#ifdef PIPELINE_HAVE_CUDA
-#include <ATen/cuda/CUDAEvent.h>
-#endif
+#include "stages/data_parallel.h"
 
 namespace pipeline::stages {
 
@@ -70,23 +68,43 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
   return c;
 }
 
-void wait_ready(const StepResult& r) {
-#ifdef PIPELINE_HAVE_CUDA
-  if (r.done) static_cast<at::cuda::CUDAEvent*>(r.done.get())->synchronize();
-#else
-  (void)r;
-#endif
+std::chrono::nanoseconds wait_ready(const StepResult& r) {
+  std::chrono::nanoseconds waited = r.done ? r.done->wait() : std::chrono::nanoseconds(0);
+  if (r.reduced) {  // data parallel on the CPU: the all-reduce of loss and norm
+    const auto t0 = std::chrono::steady_clock::now();
+    r.reduced->wait();
+    waited += std::chrono::steady_clock::now() - t0;
+  }
+  return waited;
 }
 
-void wait_copy(const Batch& b) {
-#ifdef PIPELINE_HAVE_CUDA
-  if (b.ready) static_cast<at::cuda::CUDAEvent*>(b.ready.get())->synchronize();
-#else
-  (void)b;
-#endif
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T) {
+  TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) == B * T + 1, "batch: expected a window of B*T+1 = ", B * T + 1,
+              " tokens, got ", tokens.sizes());
+  auto ids = tokens.to(torch::kInt64);  // (B*T+1)
+  return {ids.narrow(0, 0, B * T).view({B, T}), ids.narrow(0, 1, B * T).view({B, T})};  // (B, T) each
 }
 
-RunLog::RunLog(std::filesystem::path run_dir) : dir_(std::move(run_dir)) {
+std::vector<std::pair<std::string, double>> StepTiming::phase_ms() const {
+  std::vector<std::pair<std::string, double>> out;
+  for (const auto& s : spans) {
+    const double ms = s.start ? s.start->elapsed_ms(*s.end) : s.host_ms;
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == s.phase; });
+    if (it == out.end())
+      out.emplace_back(s.phase, ms);
+    else
+      it->second += ms;
+  }
+  return out;
+}
+
+double StepTiming::total_ms() const {
+  double total = 0;
+  for (const auto& [phase, ms] : phase_ms()) total += ms;
+  return total;
+}
+
+RunLog::RunLog(std::filesystem::path run_dir, bool print) : dir_(std::move(run_dir)), print_(print) {
   if (!dir_.empty()) {
     auto path = dir_ / "metrics.jsonl";
     metrics_ = std::fopen(path.c_str(), "a");
@@ -99,6 +117,7 @@ RunLog::~RunLog() {
 }
 
 void RunLog::print(const std::string& line) {
+  if (!print_) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (printer_) {
     printer_(line);
@@ -130,6 +149,14 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
   return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
+}
+
+bool RunContext::writer() const { return !dp || dp->writer(); }
+
+datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
+  datasets::DatasetReaderOptions o;
+  o.partition = rc.partition;
+  return o;
 }
 
 namespace {

@@ -1,10 +1,12 @@
 // The payloads that flow between the training stages, and the run-wide context every stage
 // of a training graph reads (resolved config, device, run directory, resume point).
 //
-//   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ pin ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
+//   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
 //   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
 //
-// pin and h2d keep the Batch type, so a CPU graph may leave them out (pack ─▶ train).
+// A Batch travels as one window of B*T+1 uint16 tokens (2 bytes a token), written by pack
+// straight into a pooled host buffer (pinned on CUDA); train widens it to int64 and takes x and
+// y as two views, on its own stream. h2d keeps the Batch type, so a CPU graph may leave it out.
 #pragma once
 
 #include <torch/torch.h>
@@ -23,8 +25,11 @@
 
 #include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
+#include "datasets/partition.h"
 #include "graph/json.h"
 #include "model/checkpoint.h"
+#include "model/device_event.h"
+#include "model/dist_group.h"
 #include "model/gpt2.h"
 #include "stages/run_config.h"
 
@@ -70,36 +75,63 @@ struct TokenChunk {
   SourcePosition pos;
 };
 
-/// Owner of one pinned host buffer of a fixed pool. Destroying the handle returns the buffer;
-/// the pool reuses it only after `copy_done` (recorded by h2d after its copy) has completed.
-class PinnedSlot;
+class WindowLease;  // stages/pinned_pool.h
 
-/// B windows of T+1 tokens as inputs x and targets y, (B, T) int64 each. On the host after
-/// pack; in pinned memory after pin; on the device after h2d, with `ready` the event the
-/// compute stream must wait on before reading x and y.
+/// B windows of T+1 tokens, as the one window of B*T+1 consecutive tokens they are cut from:
+/// x = tokens[0:B*T] and y = tokens[1:B*T+1], viewed as (B, T) (see batch_inputs). The next
+/// batch starts B*T tokens later.
 struct Batch {
-  torch::Tensor x, y;                 // (B, T) int64
+  torch::Tensor tokens;  // (B*T+1) uint16: host after pack (pinned on CUDA), device after h2d
+  int64_t B = 0, T = 0;
   int64_t index = 0;                  // micro-batch number since the start of the run (0-based)
   DataCursor after;                   // where the data continues after this batch
-  std::shared_ptr<PinnedSlot> slot;   // the pinned buffer x, y live in (pin), until the copy is done
-  std::shared_ptr<void> ready;        // CUDA event (at::cuda::CUDAEvent) of the host-to-device copy
+  /// The pooled host buffer `tokens` was written into: it goes back to pack's pool when the last
+  /// holder lets go (h2d hands its share to a callback that runs once its copy is done).
+  std::shared_ptr<WindowLease> lease;
+  /// After h2d: the copy's event, which the compute stream waits on before reading `tokens`.
+  std::shared_ptr<model::DeviceEvent> ready;
 };
 
-/// Weights handed to eval: device copies of the parameters, taken on the training stream.
+/// x and y, (B, T) int64 each, on `tokens`' device and the calling thread's current stream:
+/// one widening cast of the window and two views of the result.
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T);
+
+/// Weights handed to eval: device copies of the parameters, taken on the training stream before
+/// the step's `done` event was recorded (eval orders its stream after that event).
 struct EvalWeights {
   int64_t step = 0;
   model::NamedTensors weights;
 };
 
+/// Where one step's time went, phase by phase (forward, backward, optimizer step; fwd_bwd when a
+/// CUDA graph runs forward and backward as one): device time between CUDA events on train's
+/// stream when it trains on CUDA, host time otherwise. Read by log once the step's `done` event
+/// completed, which is after every event here (same stream, recorded earlier): reading them
+/// makes no sync.
+struct StepTiming {
+  std::string stage;  // the train stage's name in the graph (whose GPU-busy time this is)
+  struct Span {
+    const char* phase;
+    std::shared_ptr<model::DeviceEvent> start, end;  // CUDA: timing events
+    double host_ms = 0;                               // otherwise: measured on the host
+  };
+  std::vector<Span> spans;
+  /// Total milliseconds per phase, in first-seen order.
+  std::vector<std::pair<std::string, double>> phase_ms() const;
+  double total_ms() const;
+};
+
 /// The outcome of one optimizer step. On CUDA, loss and norm are pinned host tensors filled by
-/// a non-blocking copy; `done` (an at::cuda::CUDAEvent) completes when they hold the values.
-/// The train stage never waits for it: the log stage does, off the training thread.
+/// a non-blocking copy; `done` completes when they hold the values. The train stage never waits
+/// for it: the log stage does, off the training thread, and without spinning.
 struct StepResult {
   int64_t step = 0;        // optimizer steps completed (1-based)
   int64_t tokens = 0;      // tokens trained on in this step
   double lr = 0;
   torch::Tensor loss, grad_norm;  // 0-dim fp32, host
-  std::shared_ptr<void> done;     // CUDA event, or null when loss/norm are ready
+  std::shared_ptr<model::DeviceEvent> done;  // CUDA, or null when loss/norm are ready
+  std::shared_ptr<const StepTiming> timing;  // null for a checkpoint-only result
+  std::shared_ptr<dist::Work> reduced;  // data parallel on the CPU: the all-reduce averaging them
   std::chrono::steady_clock::time_point issued;  // when train finished issuing the step
   bool last = false;
   std::shared_ptr<const EvalWeights> eval;                  // every eval.every steps
@@ -107,15 +139,16 @@ struct StepResult {
   DataCursor cursor;                                         // where the data continues after this step
 };
 
-/// Blocks until a StepResult's device values are on the host (no-op on CPU).
-void wait_ready(const StepResult& r);
-/// Blocks until a Batch's host-to-device copy is done (used when a consumer is not on a stream).
-void wait_copy(const Batch& b);
+/// Blocks (sleeping) until a StepResult's loss and norm are on the host and, with several ranks,
+/// averaged; returns the time waited (zero on one CPU process).
+std::chrono::nanoseconds wait_ready(const StepResult& r);
 
 /// Serialized writes of progress lines and metrics from several stages.
 class RunLog {
  public:
-  explicit RunLog(std::filesystem::path run_dir);
+  /// An empty run_dir writes no metrics.jsonl; print = false prints nothing (data-parallel ranks
+  /// other than 0, which train without speaking).
+  explicit RunLog(std::filesystem::path run_dir, bool print = true);
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
@@ -132,7 +165,10 @@ class RunLog {
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;
   std::function<void(const std::string&)> printer_, listener_;
+  bool print_ = true;
 };
+
+class DataParallel;
 
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
@@ -148,7 +184,16 @@ struct RunContext {
   std::atomic<int64_t> last_step{0};     // steps completed, for the final message
   std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
   std::mutex mu;
+  // Data parallel (launched by torchrun): this rank's share of the data and the group. Without
+  // torchrun, the whole data and null.
+  datasets::Partition partition;
+  std::shared_ptr<DataParallel> dp;
+  /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
+  bool writer() const;
 };
+
+/// What a source stage passes to its dataset reader: this rank's partition of the data.
+datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 
 /// The dataset directory and split a source stage reads: its own `dataset`/`split` options
 /// when set, else [data] dataset and train_split.

@@ -7,12 +7,15 @@
 
 #include <chrono>
 #include <csignal>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,9 +25,7 @@ namespace {
 
 using test_util::contains;
 
-using Result = test_util::CommandResult;
-
-Result sh(const std::string& args) { return test_util::run_command(std::string(PIPELINE_EXE) + " " + args); }
+test_util::ShellResult sh(const std::string& args) { return test_util::shell(std::string(PIPELINE_EXE) + " " + args); }
 
 fs::path temp_dir(const std::string& tag) {
   auto d = fs::temp_directory_path() / ("pipeline_cli_" + std::to_string(::getpid()) + "_" + tag);
@@ -175,5 +176,47 @@ TEST_CASE("a process killed while writing checkpoints never leaves a half-writte
       CHECK(g.code == 0);
     }
   }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, resumable runs") {
+  // run_dir/checkpoints is a small tmpfs (mounting needs CAP_SYS_ADMIN: root in CI and here): the
+  // tiny model's first checkpoint fits, a second one does not.
+  auto dir = temp_dir("diskfull");
+  auto run_dir = dir / "r";
+  auto ckpt_dir = run_dir / "checkpoints";
+  fs::create_directories(ckpt_dir);
+  if (::mount("tmpfs", ckpt_dir.c_str(), "tmpfs", 0, "size=60m") != 0) {
+    MESSAGE("not run: cannot mount a tmpfs here (" << std::strerror(errno) << "); test_io_faults covers the same paths with RLIMIT_FSIZE");
+    fs::remove_all(dir);
+    return;
+  }
+  struct Unmount {
+    fs::path d;
+    ~Unmount() { ::umount2(d.c_str(), MNT_DETACH); }
+  } unmount{ckpt_dir};
+  const std::string common = "--set model.preset=tiny --set training.seq_len=32 --set eval.every=0 --set logging.live=off ";
+  auto r = sh("run " + kQuick + " " + common + "--set training.steps=8 --set checkpoint.every=4 --set checkpoint.keep=2 " +
+              "--set run.dir=" + run_dir.string());
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, "checkpoint of step 8 not written"));
+  CHECK(contains(r.out, "No space left on device"));
+  CHECK(contains(r.out, "continue with: pipeline run --resume " + run_dir.string()));
+  CHECK(!fs::exists(ckpt_dir / "step_00000008.ckpt.tmp"));
+  auto g = sh("generate --checkpoint " + (ckpt_dir / "step_00000004.ckpt").string() + " --tokens 1");
+  CHECK(g.code == 0);
+
+  // Read-only now: with on_error = "warn" the resumed run trains to the end and says so.
+  REQUIRE(::mount("tmpfs", ckpt_dir.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, nullptr) == 0);
+  auto w = sh("run --resume " + run_dir.string() + " --set checkpoint.on_error=warn");
+  INFO(w.out);
+  CHECK(w.code == 0);
+  CHECK(contains(w.out, "warning: checkpoint of step 8 not written"));
+  CHECK(contains(w.out, "Read-only file system"));
+  CHECK(contains(w.out, "done: 8 steps; checkpoint " + (ckpt_dir / "step_00000004.ckpt").string()));
+  g = sh("generate --checkpoint " + (ckpt_dir / "step_00000004.ckpt").string() + " --tokens 1");
+  CHECK(g.code == 0);
+  ::umount2(ckpt_dir.c_str(), MNT_DETACH);
   fs::remove_all(dir);
 }

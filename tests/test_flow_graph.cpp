@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -130,6 +131,24 @@ PIPELINE_STAGE(flow_slow_every10, {.name = "flow_slow_every10", .doc = "slow, wa
                                    .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
                                    .accepts = [](const Item& it) { return it.get<int64_t>() % 10 == 0; },
                                    .factory = make_factory<SlowEvery10>()});
+
+// A CPU sink (and an own-thread one) that wants only even integers, straight behind a source.
+std::atomic<int64_t> g_even{0};
+class CountEven : public Stage {
+ public:
+  explicit CountEven(const StageContext&) {}
+  void process(Item in, Emitter&) override {
+    if (in.get<int64_t>() % 2 != 0) throw std::logic_error("an odd item passed the filter");
+    g_even.fetch_add(1);
+  }
+};
+PIPELINE_STAGE(flow_even, {.name = "flow_even", .doc = "counts even integers", .input = port<int64_t>("int"),
+                           .output = no_port(), .accepts = [](const Item& it) { return it.get<int64_t>() % 2 == 0; },
+                           .factory = make_factory<CountEven>()});
+PIPELINE_STAGE(flow_even_thread, {.name = "flow_even_thread", .doc = "counts even integers on its thread",
+                                  .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
+                                  .accepts = [](const Item& it) { return it.get<int64_t>() % 2 == 0; },
+                                  .factory = make_factory<CountEven>()});
 
 // A CPU stage gated by a pool of 2 resources: it takes one per input and sends its index on;
 // the own-thread stage downstream gives it back from another thread, later.
@@ -252,6 +271,28 @@ TEST_CASE("routing: a consumer that wants few items never holds its producer bac
   // (10 and 20) and a third waited in train: about 30 steps, not the 3 a queue of every step allows.
   MESSAGE("steps done when eval finished its first: " << g_steps_at_first_eval.load());
   CHECK(g_steps_at_first_eval.load() >= 20);
+}
+
+TEST_CASE("routing: a filter right behind a source, alone or beside a consumer of everything") {
+  for (const char* type : {"flow_even", "flow_even_thread"}) {
+    for (bool beside : {false, true}) {
+      for (bool batch : {true, false}) {
+        INFO(type << (beside ? " beside a sink" : " alone") << (batch ? ", batches" : ""));
+        g_even = 0;
+        GraphSpec g;
+        g.add("src", "test_source").set("count", int64_t{300});
+        g.add("even", type, {"src"}, 1, 3);
+        if (beside) g.add("all", "test_sink", {"src"}, 1, 3);
+        Engine e(std::move(g), {.batch = batch});
+        with_timeout([&] { e.run(); });
+        CHECK(g_even.load() == 150);
+        Snapshot s = e.snapshot();
+        CHECK(s.stage("even")->items_in == 150);
+        CHECK(s.queue_of("even")->high_water <= 3);
+        if (beside) CHECK(s.stage("all")->items_in == 300);
+      }
+    }
+  }
 }
 
 TEST_CASE("a resource pool gates its stage: never more out than the pool holds, releases from any thread") {

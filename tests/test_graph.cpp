@@ -291,9 +291,11 @@ TEST_CASE("three stages overlap: time per item is about max(a, b, c), not a + b 
 TEST_CASE("the verdict names the slow stage, and moves when it gets more workers") {
   auto verdict = [](int a_workers) {
     GraphSpec g;
-    g.add("src", "test_source").set("count", int64_t{120});
+    // B can do 250/s; A 167/s with one worker, 667/s with four. Long enough (1.2 s to 2.4 s) for
+    // a steady state on a machine busy with other tests.
+    g.add("src", "test_source").set("count", int64_t{300});
     g.add("A", "delay", {"src"}, a_workers, 8).set("ms", 6.0);
-    g.add("B", "delay", {"A"}, 1, 8).set("ms", 3.0);
+    g.add("B", "delay", {"A"}, 1, 8).set("ms", 4.0);
     g.add("sink", "test_sink", {"B"}, 1, 8);
     Engine e(std::move(g), {.sample_interval = 2ms});
     with_timeout([&] { e.run(); });

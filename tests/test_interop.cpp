@@ -53,7 +53,7 @@ const fs::path kScripts = fs::path(PIPELINE_SOURCE_DIR) / "tests" / "interop";
 
 const bool kPythonReady = [] {
   if (kPython.empty() ||
-      test_util::run_command(kPython + " -c 'import transformers, safetensors, tensorboard, numpy'").code != 0) {
+      test_util::shell(kPython + " -c 'import transformers, safetensors, tensorboard, numpy'").code != 0) {
     std::fprintf(stderr, "test_interop: no Python with transformers, safetensors and tensorboard (%s); "
                          "tools/setup.sh installs them. Skipped.\n", kPython.empty() ? "none configured" : kPython.c_str());
     std::exit(77);
@@ -63,13 +63,13 @@ const bool kPythonReady = [] {
 }();
 
 void python(const std::string& script, const std::string& args) {
-  auto r = test_util::run_command(kPython + " " + (kScripts / script).string() + " " + args);
+  auto r = test_util::shell(kPython + " " + (kScripts / script).string() + " " + args);
   INFO(script << " " << args << "\n" << r.out);
   REQUIRE(r.code == 0);
 }
 
 std::string pipeline_cli(const std::string& args) {
-  auto r = test_util::run_command(std::string(PIPELINE_EXE) + " " + args);
+  auto r = test_util::shell(std::string(PIPELINE_EXE) + " " + args);
   INFO("pipeline " << args << "\n" << r.out);
   REQUIRE(r.code == 0);
   return r.out;

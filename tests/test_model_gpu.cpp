@@ -1,10 +1,16 @@
 // model/ on CUDA: fused AdamW against the CPU, bf16 autocast, clipping and the optimizer step
-// without host syncs, a bf16 train step of tiny, and a non-blocking checkpoint snapshot.
-// Exits 77 (CTest: skipped) where CUDA is absent.
+// without host syncs, a bf16 train step of tiny, a non-blocking checkpoint snapshot, the
+// snapshot pool under a concurrent step, CUDA graphs against eager, the attention kernel SDPA
+// takes in bf16, KV-cache sampling. Exits 77 (CTest: skipped) where CUDA is absent.
 #include "model/autocast.h"
+#include "model/captured_step.h"
 #include "model/checkpoint.h"
+#include "model/generate.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
+#include "model/snapshot.h"
+
+#include <ATen/core/CachingHostAllocator.h>
 
 #include <cmath>
 #include <cstdio>
@@ -13,7 +19,10 @@
 #include <unistd.h>
 
 #if defined(PIPELINE_HAVE_CUDA) && __has_include(<cuda_runtime_api.h>)
+#include <ATen/CPUGeneratorImpl.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #define PIPELINE_HAVE_SYNC_DEBUG 1
 #endif
 
@@ -192,4 +201,105 @@ TEST_CASE("non-blocking checkpoint snapshot from CUDA") {
   auto params = back->parameters();
   for (size_t i = 0; i < params.size(); ++i) CHECK(torch::equal(params[i].to(torch::kCPU), expected[i]));
   ::unlink(path.c_str());
+}
+
+TEST_CASE("snapshot pool: a step issued right after take() does not leak into the snapshot") {
+  // GPT-2 124M: 1.5 GB of weights and moments, so the copies are still running when the next
+  // step's kernels are issued; the pool orders the next update after them on the device.
+  auto cfg = m::GPTConfig::preset("gpt2");
+  m::GPT model(cfg, 8);
+  model->to(kCuda);
+  m::AdamW opt(model->named_parameters());
+  auto x = torch::randint(cfg.vocab_size, {4, 128}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  auto step = [&](m::SnapshotPool* pool) {
+    opt.zero_grad();
+    {
+      m::AutocastGuard autocast(torch::kCUDA);
+      model->loss(model(x), x).backward();
+    }
+    if (pool) pool->order_before_update();
+    opt.step();
+  };
+  m::SnapshotPool pool(model, &opt);
+  auto* host = at::getHostAllocator(at::kCUDA);
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    step(&pool);
+    std::vector<torch::Tensor> expected;  // device clones, ordered on the same stream as the step
+    for (const auto& p : model->parameters()) expected.push_back(p.detach().clone());
+    const auto allocs = host->get_stats().allocations.current;
+    auto snap = pool.take(round + 1, "{}");
+    CHECK(snap.model.front().second.is_pinned());
+    if (round > 0) CHECK(host->get_stats().allocations.current == allocs);  // the same pinned set, reused
+    step(&pool);  // issued at once: its update must wait for the copies, on the device
+    snap.wait();
+    for (size_t i = 0; i < expected.size(); ++i) CHECK(torch::equal(snap.model[i].second, expected[i].cpu()));
+  }
+}
+
+#ifdef PIPELINE_HAVE_SYNC_DEBUG  // the CUDA headers are there
+TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance") {
+  auto cfg = tiny();
+  const int64_t B = 4, T = 64;
+  auto run = [&](bool graphs) {
+    c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
+    m::GPT model(cfg, 21);
+    model->to(kCuda);
+    m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 3e-3});
+    auto gen = at::detail::createCPUGenerator(5);
+    std::vector<float> losses;
+    std::unique_ptr<m::CapturedStep> captured;
+    for (int s = 0; s < 12; ++s) {
+      auto window = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);
+      torch::Tensor loss;
+      if (captured) {
+        captured->micro_batch(window, 0);
+        loss = captured->update(3e-3).first;
+      } else {
+        auto xx = window.narrow(0, 0, B * T).view({B, T}), yy = window.narrow(0, 1, B * T).view({B, T});
+        {
+          m::AutocastGuard autocast(torch::kCUDA);
+          loss = model->loss(model(xx), yy);
+        }
+        loss.backward();
+        m::clip_grad_norm(model->parameters(), 1.0);
+        opt.set_lr(3e-3);
+        opt.step();
+        opt.zero_grad();
+      }
+      losses.push_back(loss.item<float>());
+      if (graphs && s == 2) captured = std::make_unique<m::CapturedStep>(model, opt, m::CapturedStepOptions{B, T, 1, 1.0, true});
+    }
+    return losses;
+  };
+  auto eager = run(false), graph = run(true);
+  for (size_t i = 0; i < eager.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::abs(graph[i] - eager[i]) < 2e-2 * std::abs(eager[i]));
+  }
+}
+#endif
+
+TEST_CASE("SDPA takes flash or cuDNN attention for GPT-2 in bf16") {
+  m::GPT model(m::GPTConfig::preset("gpt2"), 1);
+  model->to(kCuda);
+  auto name = model->attention_backend(1024, torch::kBFloat16, kCuda);
+  MESSAGE("gpt2 bf16 attention on CUDA: " << name);
+  CHECK((name == "flash_attention" || name == "cudnn_attention"));
+}
+
+TEST_CASE("KV-cache sampling on CUDA: the full recompute's tokens in fp32, valid ids under autocast") {
+  auto cfg = tiny(512);
+  m::GPT model(cfg, 9);
+  model->to(kCuda);
+  std::vector<int64_t> prompt{5, 17, 300};
+  m::SampleOptions o{.n_tokens = 30, .temperature = 1.0, .top_k = 40, .seed = 3};
+  auto cached = m::sample(model, prompt, o);
+  o.kv_cache = false;
+  CHECK(cached == m::sample(model, prompt, o));
+  m::AutocastGuard autocast(torch::kCUDA);
+  o.kv_cache = true;
+  auto low = m::sample(model, prompt, o);
+  REQUIRE(low.size() == 33);
+  for (auto id : low) CHECK((id >= 0 && id < cfg.vocab_size));
 }

@@ -683,3 +683,95 @@ TEST_CASE("weighted mix is deterministic, follows the weights and resumes exactl
   CHECK(error_of([&] { MixedTextReader m; m.open({{tmp / "a_ds", 0.0}}, "train", 1); }).find("must be a positive") !=
         std::string::npos);
 }
+
+TEST_CASE("a shard truncated while it is being read: an error naming it and the byte offset") {
+  TempDir tmp;
+  // Incompressible documents, so the file is many times the reader's 128 KiB input buffer.
+  std::mt19937 rng(3);
+  std::vector<std::string> docs;
+  {
+    ShardWriter w(tmp / "big.text.zst", ShardKind::text);
+    for (int i = 0; i < 64; ++i) {
+      std::string d(16 << 10, '\0');
+      for (auto& c : d) c = static_cast<char>('a' + rng() % 26);
+      docs.push_back(d);
+      w.add_document(d);
+    }
+    w.finish();
+  }
+  const auto size = fs::file_size(tmp / "big.text.zst");
+  REQUIRE(size > 600'000);
+  ShardReader r(tmp / "big.text.zst", ShardKind::text);
+  std::string doc;
+  REQUIRE(r.next_document(doc));
+  CHECK(doc == docs[0]);
+  fs::resize_file(tmp / "big.text.zst", 400'000);  // under the reader's feet
+  std::string e = error_of([&] {
+    while (r.next_document(doc)) {
+    }
+  });
+  INFO(e);
+  CHECK(e.find("big.text.zst") != std::string::npos);
+  CHECK(e.find("truncated: file ends at byte offset 400000 inside the zstd frame") != std::string::npos);
+}
+
+TEST_CASE("a shard that vanishes before the reader reaches it: an error naming it") {
+  TempDir tmp;
+  std::mt19937 rng(5);
+  {
+    std::string text;
+    for (int i = 0; i < 400; ++i) text += make_doc(static_cast<size_t>(i), rng) + "\n\n";
+    write_file(tmp / "in.txt", text);
+  }
+  PrepareOptions o = quiet_options(tmp / "ds");
+  o.shard_size = 8 << 10;  // several train shards
+  o.val_fraction = 0;
+  auto result = prepare_dataset({tmp / "in.txt"}, o);
+  const auto& shards = result.manifest.splits.at("train");
+  REQUIRE(shards.size() >= 3);
+  TextDatasetReader r;
+  r.open(tmp / "ds", "train");
+  std::string doc;
+  REQUIRE(r.next(doc));
+  fs::remove(tmp / "ds" / shards[1].name);
+  std::string e = error_of([&] {
+    while (r.next(doc)) {
+    }
+  });
+  INFO(e);
+  CHECK(e.find(shards[1].name) != std::string::npos);
+  CHECK(e.find("cannot open shard: No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("a corrupt length prefix cannot make the reader allocate what the shard does not hold") {
+  TempDir tmp;
+  // A token shard holding EOT (0xc450, bytes 50 c4), ffff, ffff, relabelled as a text shard whose
+  // header declares 2^40 text bytes: its first document then claims 0xffffc450 bytes (4 GiB),
+  // and the stream holds 2 more. The reader must report the short stream, not try to allocate.
+  auto p = tmp / "liar.text.zst";
+  {
+    ShardWriter w(p, ShardKind::tokens);
+    const uint32_t ids[] = {0xffff, 0xffff};
+    w.add_document(std::span<const uint32_t>(ids));
+    w.finish();
+  }
+  patch(p, 8, "PLSHTEXT");
+  patch(p, 32, std::string("\x00\x00\x00\x00\x00\x01\x00\x00", 8));
+  std::string e = error_of([&] { drain_shard(p); });
+  INFO(e);
+  CHECK(e.find("liar.text.zst") != std::string::npos);
+  CHECK(e.find("stream ends inside document 0 (2 of 4294952016 bytes)") != std::string::npos);
+}
+
+TEST_CASE("a shard writer that fails or is abandoned leaves no file behind") {
+  TempDir tmp;
+  {
+    ShardWriter w(tmp / "abandoned.text.zst", ShardKind::text);
+    w.add_document("never finished");
+  }
+  CHECK(!fs::exists(tmp / "abandoned.text.zst"));
+  CHECK(!fs::exists(tmp / "abandoned.text.zst.tmp"));
+  std::string e = error_of([&] { ShardWriter w(tmp / "no_dir" / "x.text.zst", ShardKind::text); });
+  CHECK(e.find("x.text.zst") != std::string::npos);
+  CHECK(e.find("No such file or directory") != std::string::npos);
+}

@@ -1,6 +1,7 @@
 // End-to-end tests of the training graph on the CPU: a tiny GPT-2 trained for a few steps
-// through read_shards -> tokenize -> pack -> pin -> h2d -> train -> log/eval/checkpoint, exact
+// through read_shards -> tokenize -> pack -> h2d -> train -> log/eval/checkpoint, exact
 // resume, swapping the input side from TOML, and the errors a user meets first.
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -121,36 +122,58 @@ TEST_CASE("a weighted mix of datasets trains and resumes exactly") {
   fs::remove_all(root);
 }
 
-// The training graph with a slow stage inserted: the verdict names it, whatever train costs.
+// What one training step costs on this machine now (tests run side by side, so it varies):
+// the slowest logged step of a short plain run, so that a stage made slower than that by a wide
+// margin is the limit whatever train costs.
+double train_step_ms() {
+  auto root = temp_dir("step_ms");
+  auto r = run(tiny_config(root / "s", kTextInput), root / "s", {"training.steps=6", "checkpoint.every=0"});
+  std::ifstream in(r.dir / "metrics.jsonl");
+  std::string line;
+  double worst = 0;
+  while (std::getline(in, line)) {
+    auto k = line.find("\"ms_per_step\":");
+    if (k != std::string::npos) worst = std::max(worst, std::stod(line.substr(k + 14)));
+  }
+  fs::remove_all(root);
+  MESSAGE("train step: up to " << worst << " ms");
+  return worst;
+}
+
+std::string ms_slower_than_train(double at_least) {
+  return std::to_string(std::max(at_least, 5.0 * train_step_ms()));
+}
+
+// The training graph with a slow stage inserted: the verdict names it.
 graph::Verdict verdict_of(const std::string& input, const std::string& extra, std::vector<std::string> overrides = {}) {
   auto root = temp_dir("verdict");
-  overrides.push_back("training.steps=20");
+  overrides.push_back("training.steps=16");
   overrides.push_back("checkpoint.every=0");
   auto r = run(tiny_config(root / "v", input) + extra, root / "v", overrides);
-  REQUIRE(r.losses.size() == 20);
+  REQUIRE(r.losses.size() == 16);
   graph::Snapshot s = graph::load_run_snapshot(r.dir);
   MESSAGE("[" << s.verdict.kind << "] " << s.verdict.text << " | " << s.verdict.span);
   fs::remove_all(root);
   return s.verdict;
 }
 
-TEST_CASE("the verdict on a training graph names a slow stage before pin") {
-  // pack -> slow (60 ms per batch) -> pin: train's steps take a few ms, so slow is the limit.
-  // Small queues before it: what is in flight when train is done still passes through slow.
+TEST_CASE("the verdict on a training graph names a slow stage before h2d") {
+  // pack -> slow -> h2d, slow taking five times a training step. Small queues before it: what is
+  // in flight when train is done still passes through slow.
   const std::string input =
       "[stages.read]\ntype = \"read_shards\"\n"
       "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\ncapacity = 1\n"
       "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 1\n"
-      "[stages.slow]\ntype = \"delay\"\ninput = \"pack\"\ncapacity = 2\nms = 60.0\n"
-      "[stages.pin]\ntype = \"pin\"\ninput = \"slow\"\ncapacity = 2\n"
-      "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+      "[stages.slow]\ntype = \"delay\"\ninput = \"pack\"\ncapacity = 2\nms = " + ms_slower_than_train(60) + "\n"
+      "[stages.h2d]\ntype = \"h2d\"\ninput = \"slow\"\ncapacity = 2\n";
   graph::Verdict v = verdict_of(input, "");
   CHECK(v.stage == "slow");
   CHECK(v.kind == "stage");
 }
 
 TEST_CASE("the verdict on a training graph names a slow sink on train's output") {
-  graph::Verdict v = verdict_of(kTextInput, "[stages.slow_sink]\ntype = \"test_sink\"\ninput = \"train\"\ncapacity = 2\nms = 150.0\n");
+  graph::Verdict v = verdict_of(kTextInput, "[stages.slow_sink]\ntype = \"test_sink\"\ninput = \"train\"\ncapacity = 2\nms = " +
+                                                ms_slower_than_train(150) + "\n");
   CHECK(v.stage == "slow_sink");
   CHECK(v.kind == "sink");
 }

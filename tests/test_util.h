@@ -1,17 +1,20 @@
 // Small helpers shared by the test executables (no doctest, no torch here).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -27,18 +30,16 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
-inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
-
-/// What a shell command printed (stdout and stderr together) and its exit status (-1: killed).
-struct CommandResult {
-  int code = -1;
-  std::string out;
+struct ShellResult {
+  int code = -1;    // exit status; -1 when killed by a signal
+  std::string out;  // stdout and stderr together
 };
 
-inline CommandResult run_command(const std::string& command) {
-  CommandResult r;
+/// Runs `command` with /bin/sh, stderr merged into stdout.
+inline ShellResult shell(const std::string& command) {
+  ShellResult r;
   FILE* p = popen((command + " 2>&1").c_str(), "r");
-  if (!p) return r;
+  if (!p) throw std::runtime_error("popen failed: " + command);
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
@@ -46,6 +47,8 @@ inline CommandResult run_command(const std::string& command) {
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 /// A fresh directory under the system temp dir, removed with everything in it on destruction.
 struct TempDir {
@@ -76,5 +79,29 @@ inline std::string read_file(const std::filesystem::path& p) {
 inline void write_file(const std::filesystem::path& p, std::string_view data) {
   std::ofstream(p, std::ios::binary).write(data.data(), static_cast<std::streamsize>(data.size()));
 }
+
+/// While alive, every file this process writes is limited to `bytes` (RLIMIT_FSIZE), and SIGXFSZ
+/// is ignored so that write() fails with EFBIG ("File too large") instead of killing the process:
+/// a disk that fills up, for one process and without privileges.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r = old_;
+    r.rlim_cur = bytes;
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) throw std::runtime_error("setrlimit(RLIMIT_FSIZE) failed");
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+};
 
 }  // namespace test_util

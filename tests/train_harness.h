@@ -55,14 +55,12 @@ inline const std::string kTextInput =
     "[stages.read]\ntype = \"read_shards\"\n"
     "[stages.tokenize]\ntype = \"tokenize\"\ninput = \"read\"\nworkers = 2\ncapacity = 8\n"
     "[stages.pack]\ntype = \"pack\"\ninput = \"tokenize\"\ncapacity = 8\n"
-    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
-    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pack\"\ncapacity = 2\n";
 
 inline const std::string kTokenInput =
     "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
     "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
-    "[stages.pin]\ntype = \"pin\"\ninput = \"pack\"\ncapacity = 2\n"
-    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pin\"\ncapacity = 2\n";
+    "[stages.h2d]\ntype = \"h2d\"\ninput = \"pack\"\ncapacity = 2\n";
 
 struct RunResult {
   std::map<int64_t, std::string> losses;  // step -> loss as logged (%.9g: exact for fp32)

@@ -1,10 +1,12 @@
-// Benchmark of the model alone: forward + backward + clip + fused AdamW step in bf16 autocast on
-// synthetic tokens, timed with device events. Prints ms/step, tokens/s, MFU and peak memory.
+// Benchmark of the model alone: forward + backward + clip + fused AdamW step on synthetic tokens,
+// eager or replayed as CUDA graphs, timed with device events. Prints ms/step, tokens/s, MFU and
+// peak memory, and a last line `result ...` of key=value pairs for scripts (tools/gpu_report.sh).
 //
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
-//               [--device cuda|cpu] [--peak-tflops 989]
+//               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops 989]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
 #include "model/autocast.h"
+#include "model/captured_step.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
 
@@ -14,8 +16,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <stdexcept>
 #include <string>
+
+#ifdef PIPELINE_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace m = pipeline::model;
 
@@ -28,14 +35,18 @@ struct Options {
   int steps = 20;
   int warmup = 5;
   std::string device;  // empty: cuda when available
+  std::string dtype = "bf16";  // autocast dtype of the forward pass
+  bool cuda_graph = false;     // replay the step as CUDA graphs (model/captured_step.h)
+  std::string matmul_precision = "high";
   double peak_tflops = 989.0;  // H100 SXM dense bf16
 };
 
 void usage() {
   std::printf(
       "usage: bench_model [--preset NAME] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
-      "                   [--device cuda|cpu] [--peak-tflops F]\n"
-      "Times forward+backward+clip+AdamW of a GPT-2 preset in bf16 on synthetic tokens.\n");
+      "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
+      "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
+      "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -46,6 +57,10 @@ Options parse(int argc, char** argv) {
       usage();
       std::exit(0);
     }
+    if (a == "--cuda-graph") {
+      o.cuda_graph = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--preset") o.preset = v;
@@ -55,11 +70,16 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = std::stoi(v);
     else if (a == "--device") o.device = v;
     else if (a == "--peak-tflops") o.peak_tflops = std::stod(v);
+    else if (a == "--dtype") o.dtype = v;
+    else if (a == "--matmul-precision") o.matmul_precision = v;
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
   }
   if (o.batch <= 0 || o.seq <= 0 || o.steps <= 0 || o.warmup < 0) {
     throw std::invalid_argument("--batch, --seq and --steps must be > 0, --warmup >= 0");
   }
+  if (o.dtype != "bf16" && o.dtype != "fp32") throw std::invalid_argument("--dtype: expected bf16 or fp32, got " + o.dtype);
+  if (o.cuda_graph && o.warmup < 4)
+    throw std::invalid_argument("--cuda-graph needs --warmup >= 4 (3 eager steps, then the capture, before timing)");
   return o;
 }
 
@@ -76,42 +96,71 @@ int main(int argc, char** argv) try {
     throw std::invalid_argument("--seq " + std::to_string(o.seq) + " exceeds the preset's block_size " +
                                 std::to_string(cfg.block_size));
   }
+  if (o.cuda_graph && !cuda) throw std::invalid_argument("--cuda-graph needs CUDA");
+#ifdef PIPELINE_HAVE_CUDA
+  if (cuda) {
+    // Graph capture needs a stream other than the legacy default one; eager runs on it too.
+    c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index()));
+    at::globalContext().setFloat32MatmulPrecision(o.matmul_precision);
+  }
+#endif
   m::GPT model(cfg, 1337);
   model->to(device);
   m::AdamW opt(model->named_parameters());
   auto params = model->parameters();
-  auto tokens = torch::randint(cfg.vocab_size, {o.batch, o.seq + 1},
+  const bool autocast = o.dtype == "bf16";
+  // One window of B*T+1 tokens, as the training graph feeds them: x and y are views of it.
+  auto tokens = torch::randint(cfg.vocab_size, {o.batch * o.seq + 1},
                                torch::TensorOptions().dtype(torch::kLong).device(device));
-  auto x = tokens.narrow(1, 0, o.seq), y = tokens.narrow(1, 1, o.seq);  // (B, T)
+  auto x = tokens.narrow(0, 0, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
+  auto y = tokens.narrow(0, 1, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
 
-  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, bf16 autocast, %s\n", o.preset.c_str(),
+  const auto mode = std::string(o.cuda_graph ? "cuda_graph" : "eager");
+  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s\n", o.preset.c_str(),
               static_cast<long long>(cfg.num_parameters()), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq), cuda ? "cuda" : "cpu");
+              static_cast<long long>(o.seq), autocast ? "bf16 autocast" : "fp32", mode.c_str(), cuda ? "cuda" : "cpu");
 
   torch::Tensor loss;
+  std::unique_ptr<m::CapturedStep> graphs;
+  int steps_done = 0;
   auto step = [&] {
-    opt.zero_grad();
-    {
-      m::AutocastGuard autocast(device.type());
-      loss = model->loss(model(x), y);
+    if (graphs) {
+      graphs->micro_batch(tokens, 0);
+      loss = graphs->update(1e-4).first;
+    } else {
+      opt.zero_grad();
+      {
+        m::AutocastGuard guard(device.type(), autocast);
+        loss = model->loss(model(x), y);
+      }
+      loss.backward();
+      m::clip_grad_norm(params, 1.0);
+      opt.step();
     }
-    loss.backward();
-    m::clip_grad_norm(params, 1.0);
-    opt.step();
+    // After 3 eager steps, the graphs (captured by their first use, still in the warm-up).
+    if (o.cuda_graph && !graphs && ++steps_done == 3) {
+      opt.zero_grad();
+      graphs = std::make_unique<m::CapturedStep>(model, opt, m::CapturedStepOptions{o.batch, o.seq, 1, 1.0, autocast});
+    }
   };
   for (int i = 0; i < o.warmup; ++i) step();
 
   double ms = 0.0;
+  double peak_gib = 0.0;
   if (cuda) {
+    auto stream = at::accelerator::getCurrentStream(device.index());
     torch::cuda::synchronize();
     at::accelerator::resetPeakStats(device.index());
     c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
-    start.record(at::accelerator::getCurrentStream(device.index()));
+    start.record(stream);
     for (int i = 0; i < o.steps; ++i) step();
-    stop.record(at::accelerator::getCurrentStream(device.index()));
+    stop.record(stream);
     stop.synchronize();
     ms = start.elapsedTime(stop) / o.steps;
+    const auto stats = at::accelerator::getDeviceStats(device.index());
+    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    peak_gib = static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 30);
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) step();
@@ -121,15 +170,15 @@ int main(int argc, char** argv) try {
   const double tokens_per_step = static_cast<double>(o.batch * o.seq);
   const double tok_s = tokens_per_step / (ms / 1e3);
   const double flops = cfg.flops_per_token(o.seq) * tok_s;
+  const double mfu = cuda ? flops / (o.peak_tflops * 1e12) : 0.0;
   std::printf("loss %.4f after %d steps\n", loss.item<float>(), o.warmup + o.steps);
   std::printf("%.2f ms/step  %.0f tokens/s  %.1f TFLOP/s", ms, tok_s, flops / 1e12);
-  if (cuda) {
-    const auto stats = at::accelerator::getDeviceStats(device.index());
-    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    std::printf("  MFU %.1f%% (of %.0f TFLOP/s)  peak memory %.2f GiB", 100.0 * flops / (o.peak_tflops * 1e12),
-                o.peak_tflops, static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 30));
-  }
+  if (cuda)
+    std::printf("  MFU %.1f%% (of %.0f TFLOP/s)  peak memory %.2f GiB", 100.0 * mfu,
+                o.peak_tflops, peak_gib);
   std::printf("\n");
+  std::printf("result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f\n", mode.c_str(), ms, tok_s, mfu,
+              peak_gib);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "graph/atomic_file.h"
 #include "graph/config.h"
 #include "graph/engine.h"
 
@@ -49,7 +50,7 @@ int graph_main(const std::vector<std::string>& args) {
     std::cout << dot;
     return 0;
   }
-  std::ofstream(out, std::ios::trunc) << dot;
+  pipeline::write_file_atomic(out, dot);
   std::cout << "wrote " << out << "\n";
   if (std::system("command -v dot >/dev/null 2>&1") == 0) {
     std::string svg = std::filesystem::path(out).replace_extension(".svg").string();

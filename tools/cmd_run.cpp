@@ -1,14 +1,21 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
-// stats and trace in the run directory, Ctrl-C handling and --resume.
+// stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
+// is one data-parallel rank (stages/data_parallel.h); rank 0 speaks and writes for the run.
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <unistd.h>
 
 #include "cli.h"
 #include "graph/engine.h"
 #include "graph/live_view.h"
 #include "graph/stats.h"
+#include "stages/data_parallel.h"
+#include "stages/rank_session.h"
+#include "stages/rank_stats.h"
 #include "stages/run_setup.h"
 #include "stages/tensorboard_log.h"
 
@@ -78,16 +85,32 @@ void print_settings(const stages::RunPlan& plan) {
             << ", context " << ctx.model.block_size << ", vocab " << ctx.model.vocab_size << " (padded "
             << ctx.model.padded_vocab_size << "), " << ctx.model.num_parameters() << " parameters\n";
   config::print_table(std::cout, plan.sections());
+  if (ctx.dp)
+    std::cout << "data parallel: " << ctx.dp->size() << " ranks, " << dist::backend_name(ctx.dp->backend())
+              << "; rank r reads documents d with d % " << ctx.dp->size() << " == r\n";
   if (ctx.start_step > 0)
     std::cout << "resuming from " << ctx.resume_from.string() << " at step " << ctx.start_step << ", data "
               << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
+}
+
+// How to continue this run: with several ranks, torchrun with the same number of them.
+std::string resume_command(const stages::RunContext& ctx) {
+  std::string dir = ctx.run_dir.string();
+  if (!ctx.dp) return "pipeline run --resume " + dir;
+  const auto& env = ctx.dp->group().env();
+  std::string ranks = env.world_size == env.local_world_size
+                          ? "--nproc-per-node=" + std::to_string(env.world_size)
+                          : "--nnodes=" + std::to_string(env.world_size / env.local_world_size) +
+                                " --nproc-per-node=" + std::to_string(env.local_world_size) + " ...";
+  return "torchrun " + ranks + " --no-python pipeline run --resume " + dir + " (" + std::to_string(env.world_size) +
+         " ranks, as before)";
 }
 
 int run_main(const std::vector<std::string>& args) {
   auto a = parse_run_args(args, "run");
   auto plan = stages::plan_run(a.req);
   auto& ctx = *plan.ctx;
-  print_settings(plan);
+  if (ctx.writer()) print_settings(plan);
   if (ctx.cfg.run.threads > 0) at::set_num_threads(static_cast<int>(ctx.cfg.run.threads));
 
   stages::set_run_context(plan.ctx);
@@ -102,8 +125,9 @@ int run_main(const std::vector<std::string>& args) {
   std::unique_ptr<graph::Engine> engine_ptr;
   try {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
-  } catch (...) {
-    if (a.req.resume.empty()) remove_unused_run_dir(ctx.run_dir);
+  } catch (const std::exception& e) {
+    if (ctx.dp) ctx.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
+    if (a.req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
   graph::Engine& engine = *engine_ptr;
@@ -115,6 +139,7 @@ int run_main(const std::vector<std::string>& args) {
             : live == "line" ? graph::LiveViewOptions::Mode::line
             : live == "off"  ? graph::LiveViewOptions::Mode::off
                              : graph::LiveViewOptions::Mode::automatic;
+  if (!ctx.writer()) vo.mode = graph::LiveViewOptions::Mode::off;
   bool screen = vo.mode == graph::LiveViewOptions::Mode::tty ||
                 (vo.mode == graph::LiveViewOptions::Mode::automatic && isatty(STDERR_FILENO));
   graph::LiveView view(engine, std::cerr, vo);
@@ -126,20 +151,52 @@ int run_main(const std::vector<std::string>& args) {
 
   bool failed = false;
   std::string failure;
+  std::optional<stages::RankSession> rank;  // several ranks: signals, peer failures, statistics
   {
-    graph::SigintGuard sigint(engine);
+    std::optional<graph::SigintGuard> sigint;
+    if (ctx.dp)
+      rank.emplace(ctx, engine);
+    else
+      sigint.emplace(engine);
     try {
       engine.run();
     } catch (const std::exception& e) {
       failed = true;
-      failure = e.what();
+      failure = rank ? rank->explain(e.what()) : e.what();
     }
   }
   ctx.log->set_printer(nullptr);
   auto snap = engine.final_snapshot();
-  auto verdict = snap.verdict.kind.empty() ? graph::analyze(snap) : snap.verdict;
+  if (rank) {
+    rank->finished(failed ? failure : "", snap);
+    if (failed) {
+      // A failed data-parallel run ends here: tearing c10d down may wait on collectives with a
+      // rank that is gone. Rank 0 shows what it has of every rank's statistics first.
+      if (ctx.writer()) {
+        auto merged = rank->merged_now(snap);
+        std::cout << "\n";
+        graph::print_summary(std::cout, stages::rank_rows(merged), stages::analyze_ranks(merged));
+      }
+      std::cout.flush();
+      std::cerr << "pipeline run (" << rank->prefix() << "): error: " << failure << "\n";
+      std::string last;
+      {
+        std::lock_guard<std::mutex> lock(ctx.mu);
+        last = ctx.checkpoint_written;
+      }
+      if (!last.empty()) std::cerr << "last checkpoint: " << last << " (continue with: " << resume_command(ctx) << ")\n";
+      std::cerr.flush();
+      std::_Exit(1);
+    }
+    if (!ctx.writer()) return ctx.dp->stopped_early() == stages::DataParallel::EarlyStop::requested ? 130 : 0;
+    snap = rank->merged(snap);
+    rank->wait_for_others();
+  }
+  auto verdict = stages::analyze_ranks(snap);
+  if (rank && !ctx.run_dir.empty())  // the run's summary holds every rank's stages, and their verdict
+    std::ofstream(ctx.run_dir / "stats_summary.json", std::ios::trunc) << graph::to_json(snap, &verdict) << "\n";
   std::cout << "\n";
-  graph::print_summary(std::cout, snap, verdict);
+  graph::print_summary(std::cout, stages::rank_rows(snap), verdict);
 
   const int64_t done = ctx.last_step.load();
   std::string ckpt;
@@ -148,12 +205,17 @@ int run_main(const std::vector<std::string>& args) {
     ckpt = ctx.checkpoint_written;
   }
   if (failed) {
-    std::cerr << "pipeline run: error: " << failure << "\n";
+    std::cerr << "pipeline run" << (rank ? " (" + rank->prefix() + ")" : "") << ": error: " << failure << "\n";
     if (!ckpt.empty()) std::cerr << "last checkpoint: " << ckpt << " (continue with: pipeline run --resume " << ctx.run_dir.string() << ")\n";
     return 1;
   }
-  if (engine.stop_requested() || done < ctx.cfg.training.steps) {
-    std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps << ".";
+  const auto early = ctx.dp ? ctx.dp->stopped_early() : stages::DataParallel::EarlyStop::none;
+  const bool interrupted = engine.stop_requested() || early == stages::DataParallel::EarlyStop::requested;
+  if (interrupted || done < ctx.cfg.training.steps) {
+    std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps;
+    if (early == stages::DataParallel::EarlyStop::out_of_data) std::cout << " (a rank ran out of data)";
+    if (ctx.dp) std::cout << " on all " << ctx.dp->size() << " ranks";
+    std::cout << ".";
     const int64_t saved = ckpt.empty() ? -1 : checkpoint_step(ckpt);
     if (ctx.cfg.checkpoint.at_end && done > ctx.start_step && saved != done) {
       // The drain was cut short (a second Ctrl-C): the final snapshot never reached the disk.
@@ -161,17 +223,17 @@ int run_main(const std::vector<std::string>& args) {
       std::cerr << "pipeline run: error: the final checkpoint (step " << done
                 << ") was not written: the run was aborted before it could be (" << snap.status << ")";
       if (saved >= 0)
-        std::cerr << "; the newest checkpoint is " << ckpt << " (step " << saved
-                  << "): pipeline run --resume " << ctx.run_dir.string() << " repeats steps " << saved + 1 << ".." << done;
+        std::cerr << "; the newest checkpoint is " << ckpt << " (step " << saved << "): " << resume_command(ctx)
+                  << " repeats steps " << saved + 1 << ".." << done;
       std::cerr << "\n";
       return 1;
     }
     if (!ckpt.empty())
-      std::cout << " Checkpoint " << ckpt << ".\nContinue with: pipeline run --resume " << ctx.run_dir.string()
+      std::cout << " Checkpoint " << ckpt << ".\nContinue with: " << resume_command(ctx)
                 << "   (it reads the run's own config.toml, --set overrides included)\n";
     else
       std::cout << " No checkpoint was written.\n";
-    return engine.stop_requested() ? 130 : 0;
+    return interrupted ? 130 : 0;
   }
   std::cout << "done: " << done << " steps";
   if (!ckpt.empty()) std::cout << "; checkpoint " << ckpt;
@@ -199,6 +261,8 @@ PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
                   "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
                   "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
                   "Ctrl-C finishes the current step, writes a checkpoint and exits; a second Ctrl-C exits at once.\n"
+                  "Under torchrun (torchrun --no-python --nproc-per-node=N build/tools/pipeline run CONFIG), each\n"
+                  "process is one data-parallel rank: see the README's \"Many GPUs and machines\".\n"
                   "The run directory holds config.toml, metrics.jsonl, stats.jsonl, stats_summary.json,\n"
                   "trace.json (open in ui.perfetto.dev) and checkpoints/.",
                   &run_main});

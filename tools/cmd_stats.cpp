@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "cli.h"
+#include "graph/atomic_file.h"
 #include "graph/stats.h"
+#include "stages/rank_stats.h"
 
 namespace {
 
@@ -29,7 +31,11 @@ int stats_main(const std::vector<std::string>& args) {
   }
   namespace graph = pipeline::graph;
   graph::Snapshot s = graph::load_run_snapshot(dir);
-  graph::print_summary(std::cout, s, s.verdict.kind.empty() ? graph::analyze(s) : s.verdict);
+  // A data-parallel run's summary holds every rank's stages: one row per rank for the device
+  // stages, and a verdict that names a straggler rank (stored with the summary; computed again
+  // for a run still going).
+  graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
+                       s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
   auto series = graph::load_run_series(dir);
   auto events = graph::load_run_events(dir);
   if (!events.empty()) {
@@ -38,12 +44,7 @@ int stats_main(const std::vector<std::string>& args) {
   }
   if (!series.empty()) {
     if (svg.empty()) svg = (std::filesystem::path(dir) / "occupancy.svg").string();
-    std::ofstream out(svg, std::ios::trunc);
-    out << graph::occupancy_svg(series, events);
-    if (!out.flush()) {
-      std::cerr << "pipeline stats: " << svg << ": cannot write the chart\n";
-      return 1;
-    }
+    pipeline::write_file_atomic(svg, graph::occupancy_svg(series, events));
     std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
               << " events marked)\n";
   }

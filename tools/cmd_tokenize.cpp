@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "cli.h"
 #include "datasets/tokenizer.h"
+#include "graph/atomic_file.h"
 
 namespace {
 
@@ -79,15 +81,14 @@ int tokenize_main(const std::vector<std::string>& args) {
   if (files.empty()) files.push_back("-");
   if (decode && allow_special) throw std::invalid_argument("--allow-special has no meaning with --decode");
 
-  std::FILE* out = stdout;
-  if (!out_path.empty()) {
-    out = std::fopen(out_path.c_str(), "wb");
-    if (out == nullptr) throw std::runtime_error("cannot create " + out_path + ": " + std::strerror(errno));
-  }
-  const std::string out_name = out_path.empty() ? "<stdout>" : out_path;
+  std::optional<pipeline::AtomicFile> file;  // --out: written atomically, removed on error
+  if (!out_path.empty()) file.emplace(out_path);
   auto write = [&](const void* data, size_t size) {
-    if (size > 0 && std::fwrite(data, 1, size, out) != size)
-      throw std::runtime_error("cannot write " + out_name + ": " + std::strerror(errno));
+    if (file) {
+      file->write(data, size);
+    } else if (size > 0 && std::fwrite(data, 1, size, stdout) != size) {
+      throw std::runtime_error(std::string("cannot write <stdout>: ") + std::strerror(errno));
+    }
   };
 
   const auto& tok = pipeline::datasets::Tokenizer::gpt2();
@@ -120,9 +121,10 @@ int tokenize_main(const std::vector<std::string>& args) {
       write(buf.data(), buf.size());
     }
   }
-  if (std::fflush(out) != 0) throw std::runtime_error("cannot write " + out_name + ": " + std::strerror(errno));
-  if (out != stdout && std::fclose(out) != 0)
-    throw std::runtime_error("cannot close " + out_name + ": " + std::strerror(errno));
+  if (file)
+    file->commit();
+  else if (std::fflush(stdout) != 0)
+    throw std::runtime_error(std::string("cannot write <stdout>: ") + std::strerror(errno));
   return 0;
 }
 

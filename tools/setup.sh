@@ -9,7 +9,9 @@
 # Environment: PIPELINE_CACHE (default ~/.cache/pipeline) holds the pinned LibTorch (and, in
 # the same venv, the pinned transformers / safetensors / tensorboard the interop tests run);
 # Torch_DIR points at an existing LibTorch instead; PIPELINE_BUILD_DIR (default build);
-# PIPELINE_WERROR=1 turns warnings into errors (CI).
+# PIPELINE_WERROR=1 turns warnings into errors (CI). For tools/test.sh's sanitizer and fuzz
+# builds: PIPELINE_SANITIZE=address|thread, PIPELINE_FUZZ=1 (clang), PIPELINE_WITH_TORCH=OFF
+# (no LibTorch needed), PIPELINE_BUILD_TARGETS (build only these targets).
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
@@ -20,7 +22,7 @@ RUN=1
 for a in "$@"; do
   case $a in
     --no-run) RUN=0 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $a (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -30,7 +32,9 @@ say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # 1. Debian packages (only the missing ones; apt is not touched when all are present).
 PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
           libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev libicu-dev
-          libprotobuf-dev protobuf-compiler libisal-dev)
+          nlohmann-json3-dev libssl-dev zlib1g-dev zstd clang libfuzzer-14-dev
+          libgloo-dev      # gloo's headers, for c10d's Gloo backend (its code is in LibTorch)
+          libprotobuf-dev protobuf-compiler libisal-dev)  # TensorBoard event files: protobuf, CRC-32C
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -44,7 +48,11 @@ fi
 
 # 2. LibTorch from PyPI's torch wheel, pinned, in a cache outside the checkout so every clone
 #    reuses it. The wheel carries headers, libraries and TorchConfig.cmake.
-if [[ -z ${Torch_DIR:-} ]]; then
+WITH_TORCH=${PIPELINE_WITH_TORCH:-ON}
+if [[ $WITH_TORCH == OFF ]]; then
+  Torch_DIR=""
+  TORCH_PY=""
+elif [[ -z ${Torch_DIR:-} ]]; then
   VENV=$CACHE/torch-$TORCH_VERSION
   PY=$VENV/bin/python
   if ! "$PY" -c "import torch, sys; sys.exit(0 if torch.__version__.split('+')[0] == '$TORCH_VERSION' else 1)" 2>/dev/null; then
@@ -78,13 +86,27 @@ export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_fi
 export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$ROOT}
 export CCACHE_NOHASHDIR=${CCACHE_NOHASHDIR:-1}
 WERROR=OFF; [[ ${PIPELINE_WERROR:-0} == 1 ]] && WERROR=ON
-if [[ ! -f $BUILD/build.ninja ]] || ! grep -q "PIPELINE_WERROR:BOOL=$WERROR" "$BUILD/CMakeCache.txt" 2>/dev/null; then
-  say "configuring $BUILD"
-  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTorch_DIR="$Torch_DIR" \
-        -DPIPELINE_TORCH_PYTHON="$TORCH_PY" -DPIPELINE_WERROR=$WERROR >/dev/null
+FUZZ=OFF; [[ ${PIPELINE_FUZZ:-0} == 1 ]] && FUZZ=ON
+ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPELINE_WERROR=$WERROR -DPIPELINE_WITH_TORCH=$WITH_TORCH
+      -DPIPELINE_SANITIZE=${PIPELINE_SANITIZE:-} -DPIPELINE_FUZZ=$FUZZ)
+[[ $WITH_TORCH == ON ]] && ARGS+=(-DTorch_DIR="$Torch_DIR" -DPIPELINE_TORCH_PYTHON="$TORCH_PY")
+# TSan needs a oneTBB built with it (see tools/build_tsan_tbb.sh), cached like LibTorch.
+if [[ ${PIPELINE_SANITIZE:-} == thread ]]; then
+  TSAN_TBB=$CACHE/onetbb-$(dpkg-query -W -f='${Version}' libtbb-dev)-tsan
+  "$ROOT/tools/build_tsan_tbb.sh" "$TSAN_TBB"
+  ARGS+=(-DTBB_DIR="$TSAN_TBB/lib/cmake/TBB")
 fi
-say "building ($(nproc) jobs)"
-cmake --build "$BUILD" -j"$(nproc)"
+# libFuzzer comes with clang; the other builds use the default compiler (the one LibTorch was built with).
+[[ $FUZZ == ON ]] && ARGS+=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
+if [[ ! -f $BUILD/build.ninja ]] || [[ "$(cat "$BUILD/.configure-args" 2>/dev/null)" != "${ARGS[*]}" ]]; then
+  say "configuring $BUILD"
+  rm -f "$BUILD/CMakeCache.txt"  # a changed compiler or option set starts from a clean cache
+  cmake -S "$ROOT" -B "$BUILD" "${ARGS[@]}" >/dev/null
+  echo "${ARGS[*]}" > "$BUILD/.configure-args"
+fi
+TARGETS=(${PIPELINE_BUILD_TARGETS:-all})
+say "building ${TARGETS[*]} in $BUILD ($(nproc) jobs)"
+cmake --build "$BUILD" -j"$(nproc)" --target "${TARGETS[@]}"
 
 # 4. The main job on the bundled data.
 if ((RUN)); then

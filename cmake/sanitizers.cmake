@@ -1,0 +1,28 @@
+# Sanitizer and fuzzing builds (tools/test.sh --sanitize address|thread, --fuzz). Each lives in
+# its own build directory; the flags apply to everything we compile, third-party libraries
+# (LibTorch, oneTBB, zstd) stay as shipped. Errors are fatal (-fno-sanitize-recover), so a report
+# fails the test that triggered it.
+if(PIPELINE_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+elseif(PIPELINE_SANITIZE STREQUAL "thread")
+  if(PIPELINE_WITH_TORCH)
+    message(FATAL_ERROR "PIPELINE_SANITIZE=thread covers the torch-free parts: configure with -DPIPELINE_WITH_TORCH=OFF")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT PIPELINE_SANITIZE STREQUAL "")
+  message(FATAL_ERROR "PIPELINE_SANITIZE must be address, thread or empty, got '${PIPELINE_SANITIZE}'")
+endif()
+
+if(PIPELINE_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "PIPELINE_FUZZ needs clang (libFuzzer): configure with CC=clang CXX=clang++")
+  endif()
+  if(PIPELINE_WITH_TORCH)
+    message(FATAL_ERROR "PIPELINE_FUZZ builds the torch-free parsers: configure with -DPIPELINE_WITH_TORCH=OFF")
+  endif()
+  # Coverage instrumentation for the libraries; the fuzz targets add the libFuzzer main.
+  add_compile_options(-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=address,undefined)
+endif()

@@ -1,0 +1,70 @@
+// Device events for the training stages: ordering between CUDA streams, host waits that sleep
+// instead of spinning, and device-side timing. On the CPU (or a build without CUDA) every
+// operation is a no-op, so stage code calls them unconditionally.
+//
+// Why not c10::Event: it cannot ask for cudaEventBlockingSync, and without it a host thread
+// waiting on an event spins a core (the issue this file answers: log, eval and checkpoint
+// each burned one while they waited).
+#pragma once
+
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+
+namespace pipeline::model {
+
+/// One CUDA event.
+///
+/// Example (a copy on a side stream that a compute stream waits for, and a host thread too):
+///   DeviceEvent done;                      // blocking sync: a host wait sleeps
+///   done.record(copy_stream);
+///   done.block(compute_stream);            // device-side order, the host does not wait
+///   auto waited = done.wait();             // on another thread: sleeps until the copy is done
+class DeviceEvent {
+ public:
+  enum class Kind {
+    sync,    // waited on by host threads: cudaEventBlockingSync, no timing
+    timing,  // brackets device work for elapsed_ms(); never waited on by the host directly
+  };
+  explicit DeviceEvent(Kind kind = Kind::sync);
+  ~DeviceEvent();
+  DeviceEvent(const DeviceEvent&) = delete;
+  DeviceEvent& operator=(const DeviceEvent&) = delete;
+
+  /// Records the event at the current end of `stream`'s work. A CPU stream records nothing.
+  void record(c10::Stream stream);
+  /// Records on the calling thread's current stream of `device` (nothing for the CPU).
+  void record_current(c10::Device device);
+  /// Makes `stream` wait for the event on the device (no host wait). No-op when unrecorded.
+  void block(c10::Stream stream) const;
+  /// Host wait until the event completed, sleeping rather than spinning (sync events).
+  /// Returns the time waited; zero when unrecorded or on the CPU.
+  std::chrono::nanoseconds wait() const;
+  /// True when the event completed or was never recorded. Never waits.
+  bool query() const;
+  /// Milliseconds from this timing event to `end`, both recorded and completed (throws
+  /// otherwise); makes no sync. Wait on a later event of the same stream first.
+  double elapsed_ms(const DeviceEvent& end) const;
+  bool recorded() const { return recorded_; }
+  Kind kind() const { return kind_; }
+
+ private:
+  struct Impl;
+  Kind kind_;
+  bool recorded_ = false;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The calling thread's current stream on `device` (CUDA), or the CPU's default stream.
+c10::Stream current_stream(c10::Device device);
+
+/// Calls `fn` on a host thread once the work enqueued so far on `stream` has completed
+/// (cudaLaunchHostFunc); on a CPU stream, calls it now. `fn` runs on a CUDA driver thread and
+/// must not call CUDA (or free CUDA-allocated tensors): it is for giving back host resources,
+/// such as a pinned buffer that a copy was reading.
+void after_stream_work(c10::Stream stream, std::function<void()> fn);
+
+}  // namespace pipeline::model

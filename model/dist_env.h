@@ -1,0 +1,49 @@
+// The launcher's environment of one data-parallel rank: what torchrun (or a user launching ranks by
+// hand, as with torch.distributed's env:// method) sets for each process it starts.
+//
+//   RANK, WORLD_SIZE               this process's rank and the number of ranks (all machines)
+//   LOCAL_RANK, LOCAL_WORLD_SIZE   the same on this machine; LOCAL_RANK picks the GPU
+//   MASTER_ADDR, MASTER_PORT       where the rendezvous store listens
+//   TORCHELASTIC_USE_AGENT_STORE   "True": torchrun's agent hosts that store, so every rank
+//                                  (rank 0 included) connects as a client; otherwise rank 0 hosts it
+//   TORCHELASTIC_RESTART_COUNT     how often torchrun restarted the workers (keys are kept apart)
+//   TORCHELASTIC_RUN_ID            set by torchrun only (its --rdzv-id)
+//
+// No torch here: parsing and checking only, so errors read as sentences.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace pipeline::dist {
+
+/// A launch or rendezvous problem, phrased for the user (what is wrong and what to do).
+struct LaunchError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct LaunchEnv {
+  int rank = 0, world_size = 1;
+  int local_rank = 0, local_world_size = 1;
+  std::string master_addr;
+  uint16_t master_port = 0;
+  bool agent_store = false;  // torchrun's agent hosts the store: every rank is a client
+  int restart_count = 0;
+  std::string run_id;        // empty when not launched by torchrun
+  bool torchrun() const { return !run_id.empty(); }
+  /// "rank 1 of 4 (local rank 1 of 2), store at host:29500 (torchrun's agent)"
+  std::string str() const;
+};
+
+/// Looks a variable up; the default reads the process environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+EnvLookup process_env();
+
+/// The rank's environment, or nullopt when WORLD_SIZE is unset (a single process, as without
+/// torchrun). Throws LaunchError naming the variable, its value and what was expected.
+std::optional<LaunchEnv> launch_env(const EnvLookup& get = process_env());
+
+}  // namespace pipeline::dist

@@ -1,0 +1,115 @@
+// Data-parallel training across the ranks torchrun starts: the run-wide part (the group, this
+// rank's role, stopping together, every rank's data cursor in the checkpoint) and the hooks the
+// train stage calls. Without torchrun's environment none of this exists and a run is one process.
+//
+// What each rank does:
+//   - reads its own documents (RunContext::partition, datasets/partition.h);
+//   - trains the same model on them; gradients are averaged by a bucketed all-reduce that overlaps
+//     backward (dist::GradientReducer), on the last micro-batch of a step only;
+//   - logs the loss and gradient norm averaged over the ranks;
+//   - rank 0 alone evaluates and writes metrics and checkpoints; the others hand it their data
+//     cursors through the store, so a checkpoint holds every rank's position.
+// Stopping: a signal (Ctrl-C on torchrun reaches every rank as SIGINT; torchrun sends SIGTERM when
+// a peer failed) only sets a flag. The ranks exchange their flags once per step, before any of the
+// step's collectives, and all stop after the same step, with a checkpoint. With [data] loop =
+// false a rank whose data runs out stops everyone the same way; that exchange then waits for its
+// result every step (one small Gloo all-reduce), while with loop = true it is read one step
+// later and never waits.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/dist_group.h"
+#include "model/dist_reducer.h"
+#include "stages/run_config.h"
+
+namespace pipeline::stages {
+
+struct DataCursor;
+struct StepResult;
+
+class DataParallel {
+ public:
+  DataParallel(std::shared_ptr<dist::Group> group, dist::BackendKind backend);
+
+  int rank() const { return group_->rank(); }
+  int size() const { return group_->size(); }
+  /// Rank 0 writes the run directory's files; the others only train.
+  bool writer() const { return rank() == 0; }
+  dist::BackendKind backend() const { return backend_; }
+  dist::Group& group() { return *group_; }
+  /// "rank 0 of 2 (gloo, cpu)"
+  std::string describe(const torch::Device& device) const;
+
+  /// A stop was asked for in this process (async-signal-safe). The ranks agree on it at the next
+  /// step boundary and all stop there.
+  void request_stop() { stop_requested_.store(true, std::memory_order_relaxed); }
+  bool stop_requested() const { return stop_requested_.load(std::memory_order_relaxed); }
+  /// The ranks agreed to stop before the last step: a stop request on some rank, or (loop =
+  /// false) a rank out of data.
+  enum class EarlyStop { none, requested, out_of_data };
+  void set_stopped_early(EarlyStop why) { stopped_early_.store(why); }
+  EarlyStop stopped_early() const { return stopped_early_.load(); }
+
+  /// Ranks other than 0: hand the data cursor of a checkpointed step to rank 0.
+  void publish_cursor(int64_t step, const DataCursor& cursor);
+  /// Rank 0: a checkpoint's metadata (written by train, with rank 0's "cursor") completed with
+  /// "world_size" and "cursors" (every rank's, in rank order), waiting for the others' cursors.
+  std::string complete_checkpoint_metadata(int64_t step, const std::string& metadata);
+
+ private:
+  std::shared_ptr<dist::Group> group_;
+  dist::BackendKind backend_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<EarlyStop> stopped_early_{EarlyStop::none};
+};
+
+/// This rank's cursor from a checkpoint's metadata: the single "cursor" of a one-process run, or
+/// "cursors"[rank] of a data-parallel one. Throws std::runtime_error with a sentence when the
+/// checkpoint was written by a different number of ranks.
+DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_size, const std::string& checkpoint);
+
+/// The train stage's side: owned by Train, called at fixed points of a step.
+class TrainSync {
+ public:
+  /// Broadcasts rank 0's weights (every rank starts from the same ones) and hooks the gradient
+  /// reducer on `params`. Call on the training thread, after the model and optimizer are built.
+  TrainSync(DataParallel& dp, const RunConfig& cfg, const std::vector<torch::Tensor>& params);
+  /// "gradients: 7 buckets all-reduced during backward, 3.2 MB in all (largest 1.0 MB)"
+  std::string describe_buckets() const;
+
+  bool writer() const { return dp_.writer(); }
+  /// Before a micro-batch's forward. On a step's last micro-batch: agrees with the other ranks
+  /// whether to go on; false means every rank stops now, before this step.
+  bool before_forward(bool last_micro_batch);
+  /// Before backward: the last micro-batch's backward averages the gradients over the ranks.
+  void before_backward(const torch::Tensor& loss, bool last_micro_batch);
+  /// After clipping: replaces loss and norm with their averages over the ranks (asynchronous; the
+  /// wait is left to whoever reads r.loss, through wait_ready).
+  void average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r);
+  /// At a checkpointed step: true on rank 0 (take the snapshot); the others publish their cursor.
+  bool checkpoint_here(int64_t step, const DataCursor& cursor);
+  /// Train's input ended before its last step without an agreed stop: this rank ran out of data.
+  /// Tells the others, so that everyone stops after the same step.
+  void end_of_input();
+  /// The run is over (last step, or an agreed stop): completes the collectives still in flight.
+  void finish();
+
+ private:
+  /// Exchanges [stop requested, out of data] with the other ranks; the reason to stop, if any.
+  DataParallel::EarlyStop exchange_flags(bool dry);
+
+  DataParallel& dp_;
+  bool lagged_;  // loop = true: read each step's flags one step later
+  std::unique_ptr<dist::GradientReducer> reducer_;
+  torch::Tensor flags_;                 // (2,) int64 on the host: stop requested, out of data
+  std::shared_ptr<dist::Work> pending_;  // the lagged exchange in flight
+  bool agreed_stop_ = false;
+};
+
+}  // namespace pipeline::stages

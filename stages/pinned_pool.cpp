@@ -1,0 +1,46 @@
+// See pinned_pool.h.
+#include "stages/pinned_pool.h"
+
+#include <stdexcept>
+
+#include "model/device_event.h"
+
+namespace pipeline::stages {
+
+void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream) {
+  model::after_stream_work(stream, [lease = std::move(lease)]() mutable { lease.reset(); });
+}
+
+WindowPool::WindowPool(int count, int64_t tokens, bool pinned)
+    : gate_(std::make_shared<graph::ResourcePool>(count)), tokens_(tokens), pinned_(pinned) {
+  for (int i = 0; i < count; ++i) buffers_.push_back(fresh());
+}
+
+torch::Tensor WindowPool::fresh() const {
+  return torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16).pinned_memory(pinned_));
+}
+
+WindowPool::Window WindowPool::window(int index) {
+  return Window{buffers_[static_cast<size_t>(index)], std::make_shared<WindowLease>(gate_, index)};
+}
+
+std::optional<WindowPool::Window> WindowPool::reserved() {
+  // acquire() reports "no reservation left" by throwing; here that is an expected answer.
+  try {
+    return window(gate_->acquire());
+  } catch (const std::logic_error&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<WindowPool::Window> WindowPool::spare() {
+  if (auto i = gate_->try_acquire()) return window(*i);
+  return std::nullopt;
+}
+
+WindowPool::Window WindowPool::overflow() {
+  overflows_.fetch_add(1, std::memory_order_relaxed);
+  return Window{fresh(), nullptr};
+}
+
+}  // namespace pipeline::stages

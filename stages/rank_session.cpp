@@ -1,0 +1,174 @@
+// One rank's run around the engine: signals, peer failures, statistics, outcome (see
+// rank_session.h).
+#include "stages/rank_session.h"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "stages/data_parallel.h"
+
+namespace pipeline::stages {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// After an abort, how long the rank may take to unwind (a collective blocked on a dead peer may
+// not return) before it exits on its own.
+constexpr auto kAbortGrace = std::chrono::seconds(10);
+
+// Signal-handler state: only atomics and async-signal-safe calls.
+std::atomic<DataParallel*> g_dp{nullptr};
+std::atomic<graph::Engine*> g_engine{nullptr};
+std::atomic<int> g_signals{0};
+std::atomic<int64_t> g_abort_since{0};  // steady-clock ns when an abort was asked for (0: none)
+std::atomic<int> g_abort_code{0};
+
+int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+// Peer failures arrive on the group's watch thread, which may outlive the session: the callback
+// reaches the session's state only through this lock.
+std::mutex g_mu;
+RankSession* g_session = nullptr;
+
+void arm_abort(int code) {
+  int64_t zero = 0;
+  if (g_abort_since.compare_exchange_strong(zero, now_ns())) g_abort_code.store(code);
+}
+
+extern "C" void pipeline_on_rank_signal(int) {
+  // First signal: the ranks stop together after the current step, with a checkpoint. Second: abort.
+  if (g_signals.fetch_add(1) == 0) {
+    if (DataParallel* dp = g_dp.load()) dp->request_stop();
+  } else {
+    if (graph::Engine* e = g_engine.load()) e->abort();
+    arm_abort(130);
+  }
+}
+
+void* install(int sig) {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = pipeline_on_rank_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, &old);
+  return reinterpret_cast<void*>(old.sa_handler);
+}
+
+void restore(int sig, void* previous) {
+  struct sigaction sa {};
+  sa.sa_handler = reinterpret_cast<void (*)(int)>(previous);
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace
+
+RankSession::RankSession(RunContext& ctx, graph::Engine& engine)
+    : ctx_(ctx), dp_(*ctx.dp), engine_(engine), stats_(ctx.dp->group()) {
+  g_signals.store(0);
+  g_abort_since.store(0);
+  g_dp.store(&dp_);
+  g_engine.store(&engine_);
+  previous_int_ = install(SIGINT);
+  previous_term_ = install(SIGTERM);
+  if (!dp_.writer())
+    engine_.add_observer([this](const graph::Snapshot& s) {
+      if (s.finished) return;  // the final one goes out in finished()
+      try {
+        stats_.publish(s, false);
+      } catch (const std::exception&) {
+        // The store is going away: the watch reports that, statistics do not matter then.
+      }
+    });
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_session = this;
+  }
+  dp_.group().watch([](const std::string& failure) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_session) g_session->abort_soon(failure);
+  });
+  // Exits the process if an abort does not unwind in time (a collective that never returns).
+  reaper_ = std::thread([this] {
+    while (!done_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      int64_t since = g_abort_since.load();
+      if (since == 0 || now_ns() - since < std::chrono::duration_cast<std::chrono::nanoseconds>(kAbortGrace).count())
+        continue;
+      std::string why = peer_failure();
+      std::fprintf(stderr, "pipeline run (%s): exiting: still blocked %lld s after the abort%s%s\n", prefix().c_str(),
+                   static_cast<long long>(kAbortGrace.count()), why.empty() ? "" : "; ", why.c_str());
+      std::fflush(stderr);
+      dp_.group().record_exit(why.empty() ? "aborted" : why);
+      std::_Exit(g_abort_code.load() ? g_abort_code.load() : 1);
+    }
+  });
+}
+
+RankSession::~RankSession() {
+  done_.store(true);
+  if (reaper_.joinable()) reaper_.join();
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_session = nullptr;
+  }
+  restore(SIGINT, previous_int_);
+  restore(SIGTERM, previous_term_);
+  g_dp.store(nullptr);
+  g_engine.store(nullptr);
+}
+
+void RankSession::abort_soon(const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    peer_failure_ = why;
+  }
+  std::fprintf(stderr, "pipeline run (%s): %s; stopping\n", prefix().c_str(), why.c_str());
+  std::fflush(stderr);
+  engine_.abort();
+  dp_.group().abort(why);
+  arm_abort(1);
+}
+
+std::string RankSession::peer_failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer_failure_;
+}
+
+std::string RankSession::prefix() const {
+  return "rank " + std::to_string(dp_.rank()) + " of " + std::to_string(dp_.size());
+}
+
+std::string RankSession::explain(const std::string& error) {
+  std::string cause = peer_failure();
+  if (cause.empty()) cause = dp_.group().diagnose();
+  // The peer's fate first: what failed here (a collective, in c10d's words) is its consequence.
+  return cause.empty() ? error : cause + "\n  (on this rank: " + error + ")";
+}
+
+void RankSession::finished(const std::string& error, const graph::Snapshot& own) {
+  dp_.group().record_exit(error);
+  if (dp_.writer()) return;
+  try {
+    stats_.publish(own, true);
+  } catch (const std::exception&) {
+  }
+}
+
+graph::Snapshot RankSession::merged(const graph::Snapshot& own) {
+  std::vector<int> missing;
+  auto timeout = std::min(std::chrono::milliseconds(30000), dp_.group().options().timeout);
+  auto m = stats_.merged_final(own, timeout, &missing);
+  for (int r : missing)
+    ctx_.log->print("note: rank " + std::to_string(r) + " sent no final statistics; its rows are missing");
+  return m;
+}
+
+void RankSession::wait_for_others() {
+  if (dp_.writer() && !dp_.group().env().agent_store) dp_.group().wait_for_exits(std::chrono::seconds(30));
+}
+
+}  // namespace pipeline::stages

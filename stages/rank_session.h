@@ -1,0 +1,66 @@
+// What `pipeline run` does around the engine when it is one rank of several (torchrun):
+//   - SIGINT and SIGTERM ask for a stop that the ranks agree on at the next step (torchrun passes
+//     Ctrl-C on to every rank as SIGINT, and sends SIGTERM when another rank failed); a second
+//     signal aborts, and the process exits within a bounded time even if a collective hangs;
+//   - a peer that fails or goes silent (dist::Group::watch) aborts this rank the same way, with
+//     a message naming that peer;
+//   - ranks other than 0 publish their stage statistics for rank 0 (RankStats);
+//   - at the end every rank records how it ended, so the others can name a rank that failed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "graph/engine.h"
+#include "stages/rank_stats.h"
+#include "stages/types.h"
+
+namespace pipeline::stages {
+
+class RankSession {
+ public:
+  /// Installs the signal handlers and the failure watch; call before engine.run().
+  RankSession(RunContext& ctx, graph::Engine& engine);
+  /// Restores the signal handlers.
+  ~RankSession();
+  RankSession(const RankSession&) = delete;
+  RankSession& operator=(const RankSession&) = delete;
+
+  /// The message for an error that ended this rank's run: when a peer is to blame, which one and
+  /// what happened to it, then the error seen here; else the error (waits a few seconds for the
+  /// evidence).
+  std::string explain(const std::string& error);
+  /// Records this rank's outcome for the others ("" = cleanly) and, on ranks other than 0,
+  /// publishes the final statistics. Call once, after engine.run().
+  void finished(const std::string& error, const graph::Snapshot& own);
+  /// Rank 0: every rank's final statistics merged with `own` (waits briefly for them).
+  graph::Snapshot merged(const graph::Snapshot& own);
+  /// Rank 0: `own` merged with what the others have published so far (never waits).
+  graph::Snapshot merged_now(const graph::Snapshot& own) { return stats_.merged_latest(own); }
+  /// A peer's failure reported by the watch, if any.
+  std::string peer_failure() const;
+  /// Keeps the store alive (rank 0 hosting it) until the others have read what they need.
+  void wait_for_others();
+  /// "rank 1 of 2: " for messages.
+  std::string prefix() const;
+
+ private:
+  void abort_soon(const std::string& why);
+
+  RunContext& ctx_;
+  DataParallel& dp_;
+  graph::Engine& engine_;
+  RankStats stats_;
+  mutable std::mutex mu_;
+  std::string peer_failure_;
+  std::thread reaper_;
+  std::atomic<bool> done_{false};
+  void* previous_int_ = nullptr;
+  void* previous_term_ = nullptr;
+};
+
+}  // namespace pipeline::stages

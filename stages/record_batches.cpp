@@ -1,0 +1,78 @@
+// record_batches: passes batches through unchanged and records each one's input tokens, to audit
+// exactly what a run (or, with torchrun, each rank) trained on: RUN_DIR/batches.u16, or
+// RUN_DIR/batches.rank<R>.u16 for data-parallel rank R. The file holds uint16 ids in native byte
+// order (little-endian on x86 and ARM), B*T per batch (x, row by row), in training order, and only
+// the run's steps * grad_accum batches (pack reads ahead of training; the batches past the last
+// step are not recorded). A resumed run cuts the file back to the batches before its checkpoint and
+// goes on from there, so a finished run's file is its token stream, interruptions or not (an
+// interrupted run's may end with batches read ahead of its last step). Insert it after pack (on
+// host tensors), e.g.
+//   --set stages.rec.type=record_batches --set stages.rec.input=pack --set stages.h2d.input=rec
+#include <cstdio>
+
+#include "graph/stage.h"
+#include "stages/data_parallel.h"
+#include "stages/types.h"
+
+namespace pipeline::stages {
+namespace {
+
+class RecordBatches : public graph::Stage {
+ public:
+  explicit RecordBatches(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+    std::filesystem::path path = ctx.options.get_string("path");
+    if (path.empty()) {
+      if (rc_.run_dir.empty())
+        throw std::invalid_argument("[stages." + ctx.name + "] path: no run directory to write into; set a path");
+      path = rc_.run_dir / (rc_.dp ? "batches.rank" + std::to_string(rc_.dp->rank()) + ".u16" : "batches.u16");
+    }
+    const auto& t = rc_.cfg.training;
+    const int64_t batch_bytes = t.batch_size * t.seq_len * static_cast<int64_t>(sizeof(uint16_t));
+    end_index_ = t.steps * t.grad_accum;
+    // Keep what was trained before the checkpoint this run starts from; drop what came after it.
+    const auto keep = static_cast<std::uintmax_t>(rc_.start_step * t.grad_accum * batch_bytes);
+    std::error_code ec;
+    if (std::filesystem::exists(path) && std::filesystem::file_size(path) > keep)
+      std::filesystem::resize_file(path, keep, ec);
+    if (ec) throw std::runtime_error(path.string() + ": cannot cut back to " + std::to_string(keep) + " bytes: " + ec.message());
+    file_ = std::fopen(path.c_str(), "ab");
+    if (!file_) throw std::runtime_error(path.string() + ": cannot open for appending");
+    path_ = path.string();
+  }
+  ~RecordBatches() override {
+    if (file_) std::fclose(file_);
+  }
+
+  void process(graph::Item in, graph::Emitter& out) override {
+    const auto& b = in.get<Batch>();
+    if (b.index >= end_index_) return out.emit_item(std::move(in));  // read ahead of the last step
+    // x: the window's first B*T tokens (a copy only when on the device).
+    auto x = b.tokens.narrow(0, 0, b.B * b.T).to(torch::kCPU).to(torch::kInt32).contiguous();
+    const int32_t* p = x.data_ptr<int32_t>();
+    ids_.resize(static_cast<size_t>(x.numel()));
+    for (size_t i = 0; i < ids_.size(); ++i) ids_[i] = static_cast<uint16_t>(p[i]);
+    if (std::fwrite(ids_.data(), sizeof(uint16_t), ids_.size(), file_) != ids_.size() || std::fflush(file_) != 0)
+      throw std::runtime_error(path_ + ": write failed");
+    out.emit_item(std::move(in));
+  }
+
+ private:
+  RunContext& rc_;
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  std::vector<uint16_t> ids_;
+  int64_t end_index_ = 0;  // batches from this index on are never trained
+};
+
+PIPELINE_STAGE(record_batches,
+               {.name = "record_batches",
+                .doc = "passes batches through and records the input token ids trained on in RUN_DIR/batches[.rankR].u16",
+                .input = graph::port<Batch>("batch"),
+                .output = graph::port<Batch>("batch"),
+                .options = config::Schema().string("path", "", "file to record into (empty: RUN_DIR/batches[.rankR].u16)"),
+                .ordered = true,
+                .max_workers = 1,
+                .factory = graph::make_factory<RecordBatches>()});
+
+}  // namespace
+}  // namespace pipeline::stages

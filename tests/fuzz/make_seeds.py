@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Writes the fuzz targets' seed corpora (tests/fuzz/corpus/<target>/): small valid inputs of
+each format, so the fuzzers start from the interesting paths. Rerun after a format change:
+    python3 tests/fuzz/make_seeds.py
+Shards are compressed with the zstd command (content checksums on, as the format requires)."""
+import json
+import os
+import struct
+import subprocess
+import zlib
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(ROOT))
+EOT = 50256
+
+
+def put(target, name, data):
+    d = os.path.join(ROOT, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def zstd(payload):
+    return subprocess.run(["zstd", "-q", "-c", "-19", "--check"], input=payload, capture_output=True, check=True).stdout
+
+
+def shard(kind, docs):
+    if kind == "text":
+        payload = b"".join(struct.pack("<I", len(d)) + d for d in docs)
+        items = sum(len(d) for d in docs)
+        magic = b"PLSHTEXT"
+    else:
+        payload = b"".join(struct.pack("<H", EOT) + struct.pack("<%dH" % len(d), *d) for d in docs)
+        items = sum(len(d) + 1 for d in docs)
+        magic = b"PLSHTOKN"
+    header = struct.pack("<II", 0x184D2A50, 32) + magic + struct.pack("<IIQQ", 1, 0, len(docs), items)
+    return header + zstd(payload)
+
+
+def checkpoint(meta, tensors):
+    payload = meta
+    for name, code, dims, data in tensors:
+        payload += struct.pack("<I", len(name)) + name + struct.pack("<BBH", code, len(dims), 0)
+        payload += b"".join(struct.pack("<q", d) for d in dims) + struct.pack("<Q", len(data)) + data
+    header = b"PIPECKPT" + struct.pack("<IIqQQII", 1, 64, 12, len(meta), len(payload), len(tensors), zlib.crc32(payload))
+    return header + b"\0" * (64 - len(header)) + payload
+
+
+put("fuzz_shard_text", "three_docs", shard("text", [b"First Citizen:\nBefore we proceed", b"", "caf\u00e9 \u2603".encode()]))
+put("fuzz_shard_text", "empty", shard("text", []))
+put("fuzz_shard_tokens", "two_docs", shard("tokens", [[15496, 995], [464, 2068, 7586, 21831]]))
+put("fuzz_shard_tokens", "empty_doc", shard("tokens", [[]]))
+
+manifest = open(os.path.join(SRC, "datasets/data/tinyshakespeare/text/manifest.json")).read()
+put("fuzz_manifest", "tinyshakespeare_text", manifest)
+put("fuzz_manifest", "tinyshakespeare_tokens", open(os.path.join(SRC, "datasets/data/tinyshakespeare/tokens/manifest.json")).read())
+put("fuzz_json", "manifest", manifest)
+put("fuzz_json", "values", json.dumps({"a": [1, -2.5e3, True, None, 0, 1e400], "s": "x\"\u00e9\U0001F600\n\t\\/", "o": {}}))
+put("fuzz_json", "cursor", '{"pos":"epoch=0 shard=1 item=25","skip":17,"mixed":false}')
+put("fuzz_json", "escapes", '["\\u0000\\ud83d\\ude00\\b\\f", 18446744073709551616, -0, 0.5e-3]')
+
+meta = b'{"cursor":{"pos":"epoch=0 shard=0 item=3","skip":5},"seed":7}'
+put("fuzz_checkpoint", "two_tensors", checkpoint(meta, [
+    (b"model/wte.weight", 1, [2, 3], struct.pack("<6f", *range(6))),
+    (b"rng/cpu", 7, [4], b"\1\2\3\4")]))
+put("fuzz_checkpoint", "empty", checkpoint(b"", []))
+
+put("fuzz_config", "quickstart", open(os.path.join(SRC, "pipelines/quickstart.toml")).read())
+put("fuzz_config", "with_sets", "model.n_layer=3\nstages.x.workers=2\n\0[model]\npreset = \"tiny\"\ninput = [\"a\", \"b\"]\n"
+    "[stages.src]\ntype = \"test_source\"\n[stages.x]\ntype = \"delay\"\ninput = \"src\"\n")
+put("fuzz_config", "types", "[model]\ndropout = 0.5\nbias = false\nprompt = \"a\\tb\\u00e9\"\nn_layer = 0x10\n")
+
+put("fuzz_tokenizer", "ascii", "\0Hello world! It's 2024, isn't it?\n\n  spaces")
+put("fuzz_tokenizer", "special", "\1<|endoftext|>The end<|endoftext|><|endo")
+put("fuzz_tokenizer", "utf8", b"\0caf\xc3\xa9 \xe2\x98\x83 \xf0\x9f\x98\x80 \xff\xfe bad \xc3")

@@ -1,0 +1,336 @@
+// Data-parallel training as a user launches it (label e2e): `torchrun --no-python
+// --nproc-per-node=2 pipeline run ...`, two CPU ranks on Gloo, the tiny model.
+//   - Their weights after k steps equal those of one process training the same batches with
+//     grad_accum = 2 (within 1e-5 relative), and the tokens the two ranks trained on, taken
+//     together, are that process's token stream: none lost, none twice.
+//   - Kill one rank mid-run: the other exits non-zero within the time limit, naming the rank;
+//     resuming from the last checkpoint with two ranks continues exactly (same losses, same weights).
+//   - Ctrl-C on the launcher: every rank stops after the same step with a checkpoint holding each
+//     rank's data cursor; resuming continues exactly.
+// The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
+// both ways of reading (round-robin by document over two ranks; in order, two per step) give the
+// same batches. Exits 77 (CTest: skipped) where set-up installed no torchrun.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "graph/json.h"
+#include "model/checkpoint.h"
+#include "dist_harness.h"
+#include "test_util.h"
+
+// After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
+#include <doctest/doctest.h>
+
+extern char** environ;
+
+using namespace train_harness;
+using namespace dist_harness;
+using test_util::contains;
+
+namespace {
+
+const std::string kTorchrun = PIPELINE_TORCHRUN;
+const bool kHaveTorchrun = [] {
+  if (kTorchrun.empty() || !fs::exists(kTorchrun)) {
+    std::fprintf(stderr, "test_distributed_e2e: no torchrun (set-up's torch venv), skipped\n");
+    std::exit(77);
+  }
+  return true;
+}();
+
+constexpr int kSteps = 10;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The tiny model on that data, with pack's batches recorded (record_batches) and a checkpoint
+// every 2 steps; one intra-op thread per process (two ranks share this machine's two cores).
+std::string config(const fs::path& run_dir, const fs::path& data) {
+  return tiny_config(run_dir, kTextInput, data.string()) +
+         "[stages.rec]\ntype = \"record_batches\"\ninput = \"pack\"\n";
+}
+
+std::vector<std::string> common_sets() {
+  return {"training.steps=" + std::to_string(kSteps), "run.threads=1", "checkpoint.every=2",
+          "stages.h2d.input=\"rec\"", "run.dist_timeout_s=60", "run.dist_heartbeat_s=10"};
+}
+
+struct Launch {
+  pid_t pid = -1;
+  fs::path log;
+  std::chrono::steady_clock::time_point started;
+};
+
+// argv[0] is the program; output (stdout and stderr) goes to `log`.
+Launch spawn(const std::vector<std::string>& argv, const fs::path& log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  Launch l;
+  l.log = log;
+  l.started = std::chrono::steady_clock::now();
+  REQUIRE(posix_spawn(&l.pid, args[0], &fa, nullptr, args.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return l;
+}
+
+// The exit code, or -1 when it is still running after `timeout` (it is then killed).
+int wait_for(const Launch& l, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  int status = 0;
+  while (waitpid(l.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(l.pid, SIGKILL);
+      waitpid(l.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+Launch torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log) {
+  std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=2", "--no-python", PIPELINE_EXE, "run"};
+  if (resume) argv.push_back("--resume");
+  argv.push_back(cfg_or_dir.string());
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  return spawn(argv, log);
+}
+
+int run_torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log) {
+  int code = wait_for(torchrun(cfg_or_dir, resume, sets, log), std::chrono::seconds(240));
+  INFO("torchrun output:\n" << slurp(log));
+  REQUIRE(code == 0);
+  return code;
+}
+
+fs::path write_config(const fs::path& root, const std::string& name, const fs::path& data) {
+  auto cfg = root / (name + ".toml");
+  std::ofstream(cfg) << config(root / name, data);
+  return cfg;
+}
+
+bool wait_for_file(const fs::path& p, const Launch& l, std::chrono::seconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!fs::exists(p)) {
+    if (std::chrono::steady_clock::now() > deadline || waitpid(l.pid, nullptr, WNOHANG) != 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+// The worker torchrun started as rank `rank` (its child with RANK=<rank> in its environment).
+pid_t worker_pid(pid_t launcher, int rank) {
+  const std::string want = "RANK=" + std::to_string(rank);
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const auto name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto stat = slurp(e.path() / "stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    std::sscanf(stat.c_str() + close + 2, "%*c %d", &ppid);
+    if (ppid != launcher) continue;
+    auto env = slurp(e.path() / "environ");
+    for (size_t at = 0; at < env.size();) {
+      auto end = env.find('\0', at);
+      if (env.substr(at, end - at) == want) return static_cast<pid_t>(std::stoi(name));
+      at = end == std::string::npos ? env.size() : end + 1;
+    }
+  }
+  return -1;
+}
+
+std::vector<uint16_t> read_u16(const fs::path& p) {
+  auto bytes = slurp(p);
+  std::vector<uint16_t> out(bytes.size() / 2);
+  std::memcpy(out.data(), bytes.data(), out.size() * 2);
+  return out;
+}
+
+model::CheckpointState final_checkpoint(const fs::path& run_dir) {
+  auto ckpt = stages::latest_checkpoint(run_dir);
+  REQUIRE(!ckpt.empty());
+  return model::read_checkpoint(ckpt.string());
+}
+
+// Largest |a - b| / max|b| over every weight tensor.
+double weight_difference(const model::CheckpointState& a, const model::CheckpointState& b) {
+  REQUIRE(a.model.size() == b.model.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.model.size(); ++i) {
+    REQUIRE(a.model[i].first == b.model[i].first);
+    double scale = b.model[i].second.abs().max().item<double>();
+    double diff = (a.model[i].second - b.model[i].second).abs().max().item<double>();
+    worst = std::max(worst, diff / std::max(scale, 1e-12));
+  }
+  return worst;
+}
+
+bool same_weights(const model::CheckpointState& a, const model::CheckpointState& b) {
+  if (a.model.size() != b.model.size()) return false;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    if (!torch::equal(a.model[i].second, b.model[i].second)) return false;
+  return true;
+}
+
+// One directory, dataset and reference runs for all the cases (torchrun is slow to start here).
+struct Fixture {
+  fs::path root, data, two_ranks, one;
+  Fixture() {
+    root = temp_dir("dist");
+    data = make_letters_dataset(root);
+    auto sets = common_sets();
+    run_torchrun(write_config(root, "two", data), false, sets, root / "two.log");
+    two_ranks = root / "two";
+    // One process, grad_accum = 2: the same batches, two micro-batches per step.
+    auto one_sets = sets;
+    one_sets.push_back("training.grad_accum=2");
+    auto cfg = write_config(root, "one", data);
+    std::vector<std::string> argv = {PIPELINE_EXE, "run", cfg.string()};
+    for (const auto& s : one_sets) argv.insert(argv.end(), {"--set", s});
+    auto l = spawn(argv, root / "one.log");
+    int code = wait_for(l, std::chrono::seconds(240));
+    INFO(slurp(root / "one.log"));
+    REQUIRE(code == 0);
+    one = root / "one";
+  }
+};
+
+Fixture& fixture() {
+  static Fixture f;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("two ranks train what one process trains with grad_accum = 2, on the same tokens") {
+  auto& f = fixture();
+  auto log = slurp(f.root / "two.log");
+  CHECK(contains(log, "data parallel: 2 ranks, gloo"));
+  CHECK(contains(log, "gradients: "));
+  // Weights after kSteps steps.
+  double diff = weight_difference(final_checkpoint(f.two_ranks), final_checkpoint(f.one));
+  INFO("largest relative weight difference " << diff);
+  CHECK(diff < 1e-5);
+  // The logged losses: the ranks' mean against the micro-batches' mean.
+  auto two = read_losses(f.two_ranks), one = read_losses(f.one);
+  REQUIRE(two.size() == static_cast<size_t>(kSteps));
+  REQUIRE(one.size() == static_cast<size_t>(kSteps));
+  for (int s = 1; s <= kSteps; ++s) CHECK(std::stod(two[s]) == doctest::Approx(std::stod(one[s])).epsilon(1e-5));
+  // Tokens: rank r's batches are the one process's batches r, r+2, ... and together all of them.
+  auto r0 = read_u16(f.two_ranks / "batches.rank0.u16"), r1 = read_u16(f.two_ranks / "batches.rank1.u16");
+  auto all = read_u16(f.one / "batches.u16");
+  const size_t batch = kB * kT;
+  REQUIRE(all.size() == batch * 2 * kSteps);
+  REQUIRE(r0.size() == batch * kSteps);
+  REQUIRE(r1.size() == batch * kSteps);
+  std::vector<uint16_t> interleaved;
+  for (int s = 0; s < kSteps; ++s) {
+    interleaved.insert(interleaved.end(), r0.begin() + s * batch, r0.begin() + (s + 1) * batch);
+    interleaved.insert(interleaved.end(), r1.begin() + s * batch, r1.begin() + (s + 1) * batch);
+  }
+  CHECK(interleaved == all);
+  CHECK(r0 != r1);
+  // Every checkpoint holds both ranks' data cursors.
+  auto meta = json_parse(final_checkpoint(f.two_ranks).metadata);
+  CHECK(meta.number("world_size") == 2);
+  CHECK(meta.array("cursors").size() == 2);
+  // Rank 0's summary has a row per rank for the device stages.
+  auto stats = graph::load_run_snapshot(f.two_ranks);
+  bool rank1_train = false;
+  for (const auto& s : stats.stages) rank1_train |= s.rank == 1 && s.name == "train";
+  CHECK(rank1_train);
+  CHECK(contains(log, "train@1"));
+}
+
+TEST_CASE("a killed rank is named by the other, which exits; a resume continues exactly") {
+  auto& f = fixture();
+  auto cfg = write_config(f.root, "killed", f.data);
+  auto sets = common_sets();
+  // Slow the steps down (pack -> delay -> h2d) so there is time to kill a rank mid-run.
+  for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
+                        "stages.h2d.input=\"slow\""})
+    sets.push_back(s);
+  auto l = torchrun(cfg, false, sets, f.root / "killed.log");
+  REQUIRE_MESSAGE(wait_for_file(f.root / "killed" / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
+                  slurp(f.root / "killed.log"));
+  pid_t victim = worker_pid(l.pid, 1);
+  REQUIRE(victim > 0);
+  auto killed_at = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  int code = wait_for(l, std::chrono::seconds(60));
+  auto took = std::chrono::steady_clock::now() - killed_at;
+  auto log = slurp(f.root / "killed.log");
+  INFO(log);
+  CHECK(code != 0);
+  CHECK(code != -1);  // it ended by itself
+  CHECK(took < std::chrono::seconds(45));
+  CHECK(contains(log, "pipeline run (rank 0 of 2): error: rank 1 is gone: it recorded no exit and its heartbeat stopped"));
+  // Resume with two ranks from the newest checkpoint: the same losses and weights as the
+  // uninterrupted two-rank run.
+  auto resumed_from = stages::latest_checkpoint(f.root / "killed");
+  run_torchrun(f.root / "killed", true, {}, f.root / "resumed.log");
+  CHECK(contains(slurp(f.root / "resumed.log"), "resuming from " + resumed_from.string()));
+  auto ref = read_losses(f.two_ranks), got = read_losses(f.root / "killed");
+  for (int s = 1; s <= kSteps; ++s) CHECK_MESSAGE(got[s] == ref[s], "step " << s);
+  CHECK(same_weights(final_checkpoint(f.root / "killed"), final_checkpoint(f.two_ranks)));
+  for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})  // the same tokens, none twice
+    CHECK_MESSAGE(read_u16(f.root / "killed" / r) == read_u16(f.two_ranks / r), r);
+}
+
+TEST_CASE("Ctrl-C on torchrun stops every rank after the same step, with a checkpoint; resume continues exactly") {
+  auto& f = fixture();
+  auto cfg = write_config(f.root, "stopped", f.data);
+  auto sets = common_sets();
+  for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
+                        "stages.h2d.input=\"slow\"", "checkpoint.every=0"})
+    sets.push_back(s);
+  auto l = torchrun(cfg, false, sets, f.root / "stopped.log");
+  // The first step's metrics line: training is under way.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(180);
+  while (read_losses(f.root / "stopped").count(2) == 0 && std::chrono::steady_clock::now() < deadline &&
+         waitpid(l.pid, nullptr, WNOHANG) == 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_MESSAGE(read_losses(f.root / "stopped").count(2) == 1, slurp(f.root / "stopped.log"));
+  kill(l.pid, SIGINT);
+  int code = wait_for(l, std::chrono::seconds(60));
+  auto log = slurp(f.root / "stopped.log");
+  INFO(log);
+  CHECK(code != -1);
+  CHECK(contains(log, "on all 2 ranks."));
+  auto ckpt = stages::latest_checkpoint(f.root / "stopped");
+  REQUIRE(!ckpt.empty());
+  auto state = model::read_checkpoint(ckpt.string());
+  CHECK(state.step < kSteps);
+  CHECK(contains(log, "stopped at step " + std::to_string(state.step) + " of " + std::to_string(kSteps)));
+  CHECK(contains(log, "Continue with: torchrun --nproc-per-node=2 --no-python pipeline run --resume"));
+  CHECK(json_parse(state.metadata).array("cursors").size() == 2);
+  run_torchrun(f.root / "stopped", true, {}, f.root / "stopped_resumed.log");
+  auto ref = read_losses(f.two_ranks), got = read_losses(f.root / "stopped");
+  for (int s = 1; s <= kSteps; ++s) CHECK_MESSAGE(got[s] == ref[s], "step " << s);
+  CHECK(same_weights(final_checkpoint(f.root / "stopped"), final_checkpoint(f.two_ranks)));
+  for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})
+    CHECK_MESSAGE(read_u16(f.root / "stopped" / r) == read_u16(f.two_ranks / r), r);
+}

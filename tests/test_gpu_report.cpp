@@ -1,0 +1,87 @@
+// tools/gpu_report.sh where there is no GPU (here, and in CI): it must stop before building
+// anything, exit 2, and name everything it is missing. And its measuring half (`rerun`: the
+// benchmark, the two pipeline runs and the table), run on the CPU with a tiny model, so that the
+// day a GPU is lent the report does not fail on a format it parses (bench_model's result line,
+// metrics.jsonl, stats_summary.json) or a command line it builds.
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include <doctest/doctest.h>
+
+#include "test_util.h"
+
+namespace fs = std::filesystem;
+using test_util::contains;
+
+namespace {
+
+test_util::ShellResult report(const std::string& env, const std::string& args) {
+  return test_util::shell(env + " " + PIPELINE_SOURCE_DIR + "/tools/gpu_report.sh " + args);
+}
+
+// The environment of a machine without a GPU or CUDA torch, with its files under `root`.
+std::string no_gpu_env(const fs::path& root) {
+  return "GPU_REPORT_NVIDIA_SMI=/nonexistent/nvidia-smi GPU_REPORT_TORCH_PY=/nonexistent/python3 GPU_REPORT_DEBS=" +
+         (root / "debs").string() + " GPU_REPORT_PREFIX=" + (root / "prefix").string() + " GPU_REPORT_OUT=" +
+         (root / "out").string();
+}
+
+}  // namespace
+
+TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what is missing and builds nothing") {
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  fs::create_directories(root / "debs");
+  const std::string env = no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + (root / "build").string();
+  for (const char* mode : {"check", "test", "measure", "all"}) {
+    CAPTURE(mode);
+    auto r = report(env, mode);
+    INFO(r.out);
+    CHECK(r.code == 2);
+    CHECK(contains(r.out, "cannot run here; missing:"));
+    CHECK(contains(r.out, "/nonexistent/nvidia-smi"));
+    CHECK(contains(r.out, "/nonexistent/python3"));
+    CHECK(contains(r.out, "libtbb-dev"));
+    CHECK(contains(r.out, "fetch-debs"));
+  }
+  CHECK_FALSE(fs::exists(root / "build"));   // stopped before configuring
+  CHECK_FALSE(fs::exists(root / "prefix"));  // and before unpacking
+
+  auto bad = report(env, "benchmark");
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.out, "unknown mode 'benchmark'"));
+  fs::remove_all(root);
+}
+
+#ifdef PIPELINE_GPU_REPORT_PROGRAMS
+TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its table from real outputs") {
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_rerun_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string env =
+      no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR + " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
+      "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
+      "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
+      "--set training.seq_len=32 --set training.dtype=fp32'";
+  auto r = report(env, "rerun");
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.out, "## GPU report: no GPU seen by /nonexistent/nvidia-smi"));
+  CHECK(contains(r.out, "| bench_model --preset tiny --batch 2 --seq 32"));
+  CHECK(contains(r.out, "| eager | "));
+  CHECK(contains(r.out, "| cuda_graph | not run |"));
+  CHECK(contains(r.out, "| gpt2.toml | 3 | "));
+  CHECK(contains(r.out, "| gpt2_synthetic.toml | 3 | "));
+  CHECK(contains(r.out, "fwd "));  // the per-phase times of the last step (host_ms on the CPU)
+  CHECK(contains(r.out, "input-side cost: gpt2 / gpt2_synthetic tokens/s = "));
+  CHECK_FALSE(contains(r.out, "= nan"));
+  CHECK(fs::exists(root / "out" / "gpu_report.md"));
+
+  // table alone prints it again from the files left behind.
+  auto again = report(env, "table");
+  CHECK(again.code == 0);
+  CHECK(contains(again.out, "| gpt2_synthetic.toml | 3 | "));
+  fs::remove_all(root);
+}
+#endif
