@@ -3,7 +3,9 @@
 # every CTest test. Tests labelled `gpu` report "Skipped" where there is no CUDA device.
 #
 #   tools/test.sh [CTEST ARGS]              build/: everything, every test
-#   tools/test.sh --sanitize address [...]  build-asan/: ASan + UBSan, every test
+#   tools/test.sh --sanitize address [...]  build-asan/: ASan + UBSan, every test (with
+#                                           PIPELINE_WITH_TORCH=OFF: the torch-free parts only,
+#                                           as CI runs it)
 #   tools/test.sh --sanitize thread [...]   build-tsan/: TSan, the torch-free parts (graph/,
 #                                           datasets/ and their tests, the engine included)
 #   tools/test.sh --fuzz [SECONDS]          build-fuzz/: clang + libFuzzer; runs each target in
@@ -25,7 +27,7 @@ case ${1:-} in
     MODE=fuzz
     shift
     if [[ ${1:-} =~ ^[0-9]+$ ]]; then FUZZ_SECONDS=$1; shift; fi ;;
-  -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
 esac
 
 SUPP=$ROOT/tools/sanitizers
