@@ -379,7 +379,7 @@ TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   CHECK(series["val/loss"].count(8) == 1);
 
   // The pipeline's own series: every stage's busy share and every queue's occupancy, as shares.
-  for (const char* stage : {"read", "pack", "pin", "h2d", "train", "log", "eval", "checkpoint"}) {
+  for (const char* stage : {"read", "pack", "h2d", "train", "log", "eval", "checkpoint"}) {
     const auto& busy = series[std::string("stage_busy/") + stage];
     CHECK_MESSAGE(!busy.empty(), stage);
     for (const auto& [step, v] : busy) {
