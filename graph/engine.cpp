@@ -5,7 +5,7 @@
 // Stages are flow-graph nodes and items are messages (graph/runtime.h: Packet). A source is an
 // input_node: it produces only when the edge behind it accepts (pull). A CPU stage is a
 // multifunction_node (it emits zero, one or many items per input) fed by a queue_node, its input
-// buffer. A stage that owns a thread (device work: pin, h2d, train, log, eval, checkpoint) is an
+// buffer. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
 // async_node: the body hands the input to the stage's dedicated thread through a moodycamel
 // queue and returns; the thread answers through the gateway (graph/device_thread.h). A timed
 // stage (delay) is an async_node completed by a timer instead of a sleeping thread
@@ -28,19 +28,21 @@
 // End of stream is a message too: a source sends it after its last item; a stage that has it
 // from every input finalizes (after its other invocations) and sends its own. wait_for_all()
 // returns when every stage has passed it on. stop() only sets a flag (a signal handler may call
-// it): sources end, queued items finish or are discarded as each stage declares, and the drain
-// always completes; a second stop(), or a drain longer than stop_grace, aborts: stage code is
+// it): sources end, queued items finish or are discarded as each stage declares (a stage whose
+// every output leads only to discarding stages discards too, and so do they all once a stage
+// calls Emitter::wind_down: train after its last step), and the drain always completes; a
+// second stop(), or a drain longer than stop_grace (when one is set), aborts: stage code is
 // no longer called, but the markers still flow, so the run ends. The first exception a stage
 // throws aborts the run the same way and is rethrown by run() naming the stage.
 //
 // The graph that pipelines/gpt2.toml builds (limiters in brackets: [edge capacity] counts the
-// consumer's input edge, [w N] worker slots, [pool N] pinned buffers):
+// consumer's input edge, [w N] worker slots, [pool N] pack's pinned buffers; a source's
+// [1 packet] token lets the next packet through once its fan-out task has sent the last one):
 //
-//   read_shards    input_node ─[64]─▶ fan-out ──────────────────────────────────────┐
-//   tokenize ×2    queue ─[w 2]─[64]─▶ multifunction ─▶ sequencer ─▶ dispatch ─────┐  ◀┘
-//   pack           queue ─[w 1]─[4]─▶ multifunction ────────────────────────────┐  ◀┘
-//   pin            queue ─[w 1]─[2]─▶ async_node ═▶ pin thread ═▶ dispatch ───┐  ◀┘
-//   h2d            queue ─[w 1]─[3]─▶ async_node ═▶ h2d thread ═▶ dispatch ─┐ ◀┘
+//   read_shards    input_node ─[1 packet]─[64]─▶ fan-out ─────────────────────────────────┐
+//   tokenize ×2    queue ─[w 2]─[64]─▶ multifunction ─▶ sequencer ─▶ dispatch ───────┐  ◀┘
+//   pack           queue ─[w 1]─[2]─[pool 8]─▶ multifunction ──────────────────────┐  ◀┘
+//   h2d            queue ─[w 1]─[3]─▶ async_node ═▶ h2d thread ═▶ dispatch ──────┐  ◀┘
 //   train          queue ─[w 1]─[256]─[8]─[8]─▶ async_node ═▶ train thread ═▶ dispatch ─┬▶ log queue ─[w 1]─▶ async_node ═▶ log thread
 //                                                            (steps with eval weights) ├▶ eval queue ─[w 1]─▶ async_node ═▶ eval thread
 //                                                            (steps with a snapshot)   └▶ checkpoint queue ─[w 1]─▶ async_node ═▶ checkpoint thread
