@@ -206,11 +206,17 @@ Verdict analyze(const Snapshot& s, double saturated) {
                      (best->workers == 1 ? " worker" : " workers");
   if (const QueueStats* q = s.queue_of(best->name)) text += "; its input queue full " + pct(view.full(*q)) + " of the time";
   // The consumer right after it that waited longest for input, and how much faster every stage
-  // downstream of it could go (the smallest capacity over demand among them).
+  // downstream of it could go (the smallest capacity over demand among them). A consumer that
+  // took nothing in the span (a routing filter passed it no item: eval between evaluations) says
+  // nothing about this stage's pace, so one that took items comes first.
   const StageStats* hungriest = nullptr;
+  auto took = [&](const StageStats* c) { return view.span(*c).in_per_s > 0; };
   each_output(s, best->name, [&](const QueueStats& q) {
     const StageStats* c = s.stage(q.consumer);
-    if (c && (!hungriest || view.span(*c).starved > view.span(*hungriest).starved)) hungriest = c;
+    if (!c) return;
+    if (!hungriest || took(c) > took(hungriest) ||
+        (took(c) == took(hungriest) && view.span(*c).starved > view.span(*hungriest).starved))
+      hungriest = c;
   });
   double headroom = 0;
   std::vector<std::string> todo{best->name}, seen{best->name};

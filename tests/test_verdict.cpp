@@ -260,6 +260,34 @@ TEST_CASE("a blocked source is never the limit; the table and the verdict agree"
   CHECK(has(v.text, "of 2 cores busy"));
 }
 
+TEST_CASE("the consumer named as waiting on the bottleneck is one that takes its items, not a filtered one") {
+  // train feeds log (every step) and eval (no step carries eval work): eval is starved 100% but
+  // says nothing about train's pace; log, starved 60%, does.
+  Snapshot s;
+  s.t_s = 10;
+  s.steady_from_s = 0;
+  s.steady_to_s = 10;
+  s.stages.push_back(stage("src", 0.1, 0.0, 0.9, true));
+  s.stages.push_back(stage("train", 0.99, 0.01, 0.0));
+  s.stages.push_back(stage("eval", 0.0, 1.0, 0.0, false, true));
+  s.stages.back().items_in = s.stages.back().items_out = 0;
+  s.stages.back().steady = s.stages.back().whole_run();
+  s.stages.push_back(stage("log", 0.4, 0.6, 0.0, false, true));
+  for (const auto& [consumer, producer] :
+       std::vector<std::pair<std::string, std::string>>{{"train", "src"}, {"eval", "train"}, {"log", "train"}}) {
+    QueueStats q;
+    q.consumer = consumer;
+    q.producers = {producer};
+    q.capacity = 4;
+    s.queues.push_back(q);
+  }
+  Verdict v = analyze(s);
+  MESSAGE(v.text);
+  CHECK(v.stage == "train");
+  CHECK(has(v.text, "log waited for input 60%"));
+  CHECK_FALSE(has(v.text, "eval waited"));
+}
+
 TEST_CASE("the live verdict does not flicker: a new verdict shows only after it has held") {
   Snapshot a;
   a.t_s = 10;

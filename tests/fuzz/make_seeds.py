@@ -74,3 +74,32 @@ put("fuzz_config", "types", "[model]\ndropout = 0.5\nbias = false\nprompt = \"a\
 put("fuzz_tokenizer", "ascii", "\0Hello world! It's 2024, isn't it?\n\n  spaces")
 put("fuzz_tokenizer", "special", "\1<|endoftext|>The end<|endoftext|><|endo")
 put("fuzz_tokenizer", "utf8", b"\0caf\xc3\xa9 \xe2\x98\x83 \xf0\x9f\x98\x80 \xff\xfe bad \xc3")
+
+
+def safetensors(tensors, metadata=None):
+    """tensors: (name, dtype, shape, raw bytes) in data order."""
+    header, at = {}, 0
+    for name, dtype, shape, raw in tensors:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + len(raw)]}
+        at += len(raw)
+    if metadata is not None:
+        header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(8 + len(text)) % 8)
+    return struct.pack("<Q", len(text)) + text + b"".join(t[3] for t in tensors)
+
+
+put("fuzz_safetensors", "two_tensors", safetensors([
+    ("wte.weight", "F32", [2, 3], struct.pack("<6f", *range(6))),
+    ("h.0.ln_1.bias", "BF16", [4], b"\0\x3f" * 4)], {"format": "pt"}))
+put("fuzz_safetensors", "empty_and_scalar", safetensors([
+    ("empty", "F16", [0, 5], b""), ("scalar", "I64", [], struct.pack("<q", 7))]))
+
+
+def llmc(tokens, magic=20240520, version=1):
+    header = struct.pack("<3i", magic, version, len(tokens)) + b"\0" * (1024 - 12)
+    return header + struct.pack("<%dH" % len(tokens), *tokens)
+
+
+put("fuzz_llmc", "gpt2", llmc([EOT, 15496, 995, 0, EOT, 40, 716]))
+put("fuzz_llmc", "empty", llmc([]))
