@@ -11,6 +11,14 @@ elseif(PIPELINE_SANITIZE STREQUAL "thread")
   endif()
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
+  # GCC warns (-Wtsan) wherever std::atomic_thread_fence is inlined, because TSan does not model
+  # fences; moodycamel's ConcurrentQueue (Debian's libconcurrentqueue-dev, behind the device
+  # threads' hand-off) uses them. An unmodelled fence can only make TSan report a race that is
+  # not there, never hide one, and the suite runs with zero reports; so the warning is not made
+  # an error under PIPELINE_WERROR.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_compile_options(-Wno-tsan)
+  endif()
 elseif(NOT PIPELINE_SANITIZE STREQUAL "")
   message(FATAL_ERROR "PIPELINE_SANITIZE must be address, thread or empty, got '${PIPELINE_SANITIZE}'")
 endif()
