@@ -64,6 +64,15 @@ StageStats stage(const std::string& name, double busy, double starved, double bl
   return x;
 }
 
+// An empty snapshot of a 10 s run whose steady state is all of it.
+Snapshot ten_steady_seconds() {
+  Snapshot s;
+  s.t_s = 10;
+  s.steady_from_s = 0;
+  s.steady_to_s = 10;
+  return s;
+}
+
 // Passes items through, sleeping 20 ms per item for its first 2 s (a warm-up), 0.2 ms after.
 class SlowStart : public Stage {
  public:
@@ -231,10 +240,7 @@ TEST_CASE("the steady-state window leaves out a slow start") {
 
 TEST_CASE("a blocked source is never the limit; the table and the verdict agree") {
   // The input side as the issue saw it: read blocked 88%, tokenize busy 64% waiting for order.
-  Snapshot s;
-  s.t_s = 10;
-  s.steady_from_s = 0;
-  s.steady_to_s = 10;
+  Snapshot s = ten_steady_seconds();
   s.stages.push_back(stage("read", 0.12, 0.0, 0.88, true));
   s.stages.push_back(stage("tokenize", 0.64, 0.0, 0.0));
   s.stages.back().order_wait_s = 3.6;
@@ -263,10 +269,7 @@ TEST_CASE("a blocked source is never the limit; the table and the verdict agree"
 TEST_CASE("the consumer named as waiting on the bottleneck is one that takes its items, not a filtered one") {
   // train feeds log (every step) and eval (no step carries eval work): eval is starved 100% but
   // says nothing about train's pace; log, starved 60%, does.
-  Snapshot s;
-  s.t_s = 10;
-  s.steady_from_s = 0;
-  s.steady_to_s = 10;
+  Snapshot s = ten_steady_seconds();
   s.stages.push_back(stage("src", 0.1, 0.0, 0.9, true));
   s.stages.push_back(stage("train", 0.99, 0.01, 0.0));
   s.stages.push_back(stage("eval", 0.0, 1.0, 0.0, false, true));
@@ -289,10 +292,7 @@ TEST_CASE("the consumer named as waiting on the bottleneck is one that takes its
 }
 
 TEST_CASE("the live verdict does not flicker: a new verdict shows only after it has held") {
-  Snapshot a;
-  a.t_s = 10;
-  a.steady_from_s = 0;
-  a.steady_to_s = 10;
+  Snapshot a = ten_steady_seconds();
   a.stages.push_back(stage("src", 0.1, 0, 0.9, true));
   a.stages.push_back(stage("X", 0.95, 0.05, 0));
   a.stages.push_back(stage("Y", 0.85, 0.15, 0, false, true));
