@@ -24,19 +24,7 @@ using test_util::FileSizeLimit;
 
 namespace {
 
-fs::path temp_dir(const std::string& tag) {
-  auto d = fs::temp_directory_path() / ("pipeline_atomic_" + std::to_string(::getpid()) + "_" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+fs::path temp_dir(const std::string& tag) { return test_util::fresh_dir("atomic", tag); }
 
 // A small tmpfs mounted over `dir` while alive (needs CAP_SYS_ADMIN, as root in CI and here).
 struct SmallFs {
@@ -58,9 +46,9 @@ struct SmallFs {
 TEST_CASE("atomic file: writes, replaces, patches, and leaves no temporary") {
   auto d = temp_dir("ok");
   write_file_atomic(d / "a.txt", "first");
-  CHECK(slurp(d / "a.txt") == "first");
+  CHECK(test_util::read_file(d / "a.txt") == "first");
   write_file_atomic(d / "a.txt", "second, longer");
-  CHECK(slurp(d / "a.txt") == "second, longer");
+  CHECK(test_util::read_file(d / "a.txt") == "second, longer");
   CHECK(!fs::exists(d / "a.txt.tmp"));
 
   {
@@ -83,7 +71,7 @@ TEST_CASE("atomic file: writes, replaces, patches, and leaves no temporary") {
     f.write_at(0, "HEAD", 4);
     f.commit();
   }
-  auto c = slurp(d / "c.bin");
+  auto c = test_util::read_file(d / "c.bin");
   CHECK(c.size() == 4 + (3u << 20));
   CHECK(c.substr(0, 5) == "HEADy");
 
@@ -93,7 +81,7 @@ TEST_CASE("atomic file: writes, replaces, patches, and leaves no temporary") {
     CHECK(fs::exists(d / "a.txt.tmp"));
   }
   CHECK(!fs::exists(d / "a.txt.tmp"));
-  CHECK(slurp(d / "a.txt") == "second, longer");
+  CHECK(test_util::read_file(d / "a.txt") == "second, longer");
   fs::remove_all(d);
 }
 
@@ -118,7 +106,7 @@ TEST_CASE("atomic file: a write past the file size limit fails cleanly; the old 
   CHECK(contains(err, "writing"));
   CHECK(contains(err, "File too large"));
   CHECK(contains(err, "previous state, if any, is unchanged"));
-  CHECK(slurp(d / "state") == "good old state");
+  CHECK(test_util::read_file(d / "state") == "good old state");
   CHECK(!fs::exists(d / "state.tmp"));
   fs::remove_all(d);
 }
@@ -133,11 +121,11 @@ TEST_CASE("atomic file: a full filesystem and a read-only one (tmpfs; needs CAP_
   write_file_atomic(d / "state", "good old state");
   auto err = error_of([&] { write_file_atomic(d / "state", std::string(1 << 20, 'n')); });
   CHECK(contains(err, "No space left on device"));
-  CHECK(slurp(d / "state") == "good old state");
+  CHECK(test_util::read_file(d / "state") == "good old state");
   CHECK(!fs::exists(d / "state.tmp"));
   REQUIRE(small.remount_read_only());
   err = error_of([&] { write_file_atomic(d / "state", "new"); });
   CHECK(contains(err, "Read-only file system"));
   CHECK(contains(err, (d / "state").string()));
-  CHECK(slurp(d / "state") == "good old state");
+  CHECK(test_util::read_file(d / "state") == "good old state");
 }

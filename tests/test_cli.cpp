@@ -27,19 +27,7 @@ using test_util::contains;
 
 test_util::ShellResult sh(const std::string& args) { return test_util::shell(std::string(PIPELINE_EXE) + " " + args); }
 
-fs::path temp_dir(const std::string& tag) {
-  auto d = fs::temp_directory_path() / ("pipeline_cli_" + std::to_string(::getpid()) + "_" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+fs::path temp_dir(const std::string& tag) { return test_util::fresh_dir("cli", tag); }
 
 const std::string kQuick = std::string(PIPELINE_SOURCE_DIR) + "/pipelines/quickstart.toml";
 
@@ -82,7 +70,7 @@ TEST_CASE("check prints the resolved settings, and every error names its key") {
   CHECK(contains(key.out, "unknown key 'learning_rate'"));
 
   auto dir = temp_dir("check");
-  std::ofstream(dir / "bad.toml") << slurp(kQuick) << "\n[stages.spin]\ntype = \"spin\"\ninput = \"pack\"\nmsec = 3\n";
+  std::ofstream(dir / "bad.toml") << test_util::read_file(kQuick) << "\n[stages.spin]\ntype = \"spin\"\ninput = \"pack\"\nmsec = 3\n";
   auto opt = sh("check " + (dir / "bad.toml").string());
   CHECK(opt.code != 0);
   CHECK(contains(opt.out, "bad.toml:"));
@@ -99,10 +87,10 @@ TEST_CASE("tokenize matches the reference ids from outside, and decodes back") {
   const std::string data = PIPELINE_SHARED_DATA_DIR;
   auto enc = sh("tokenize " + data + "/edge_cases.txt --out " + (dir / "ids.u16").string());
   REQUIRE(enc.code == 0);
-  CHECK(slurp(dir / "ids.u16") == slurp(data + "/edge_cases.gpt2.u16"));
+  CHECK(test_util::read_file(dir / "ids.u16") == test_util::read_file(data + "/edge_cases.gpt2.u16"));
   auto dec = sh("tokenize --decode " + (dir / "ids.u16").string() + " --out " + (dir / "back.txt").string());
   REQUIRE(dec.code == 0);
-  CHECK(slurp(dir / "back.txt") == slurp(data + "/edge_cases.txt"));
+  CHECK(test_util::read_file(dir / "back.txt") == test_util::read_file(data + "/edge_cases.txt"));
   auto none = sh("tokenize " + (dir / "missing.txt").string());
   CHECK(none.code != 0);
   CHECK(contains(none.out, "missing.txt"));

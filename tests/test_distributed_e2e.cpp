@@ -53,13 +53,6 @@ const bool kHaveTorchrun = [] {
 
 constexpr int kSteps = 10;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The tiny model on that data, with pack's batches recorded (record_batches) and a checkpoint
 // every 2 steps; one intra-op thread per process (two ranks share this machine's two cores).
 std::string config(const fs::path& run_dir, const fs::path& data) {
@@ -120,7 +113,7 @@ Launch torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::
 
 int run_torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log) {
   int code = wait_for(torchrun(cfg_or_dir, resume, sets, log), std::chrono::seconds(240));
-  INFO("torchrun output:\n" << slurp(log));
+  INFO("torchrun output:\n" << test_util::read_file(log));
   REQUIRE(code == 0);
   return code;
 }
@@ -146,13 +139,13 @@ pid_t worker_pid(pid_t launcher, int rank) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const auto name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    auto stat = slurp(e.path() / "stat");
+    auto stat = test_util::read_file(e.path() / "stat");
     auto close = stat.rfind(')');
     if (close == std::string::npos) continue;
     int ppid = 0;
     std::sscanf(stat.c_str() + close + 2, "%*c %d", &ppid);
     if (ppid != launcher) continue;
-    auto env = slurp(e.path() / "environ");
+    auto env = test_util::read_file(e.path() / "environ");
     for (size_t at = 0; at < env.size();) {
       auto end = env.find('\0', at);
       if (env.substr(at, end - at) == want) return static_cast<pid_t>(std::stoi(name));
@@ -163,7 +156,7 @@ pid_t worker_pid(pid_t launcher, int rank) {
 }
 
 std::vector<uint16_t> read_u16(const fs::path& p) {
-  auto bytes = slurp(p);
+  auto bytes = test_util::read_file(p);
   std::vector<uint16_t> out(bytes.size() / 2);
   std::memcpy(out.data(), bytes.data(), out.size() * 2);
   return out;
@@ -212,7 +205,7 @@ struct Fixture {
     for (const auto& s : one_sets) argv.insert(argv.end(), {"--set", s});
     auto l = spawn(argv, root / "one.log");
     int code = wait_for(l, std::chrono::seconds(240));
-    INFO(slurp(root / "one.log"));
+    INFO(test_util::read_file(root / "one.log"));
     REQUIRE(code == 0);
     one = root / "one";
   }
@@ -227,7 +220,7 @@ Fixture& fixture() {
 
 TEST_CASE("two ranks train what one process trains with grad_accum = 2, on the same tokens") {
   auto& f = fixture();
-  auto log = slurp(f.root / "two.log");
+  auto log = test_util::read_file(f.root / "two.log");
   CHECK(contains(log, "data parallel: 2 ranks, gloo"));
   CHECK(contains(log, "gradients: "));
   // Weights after kSteps steps.
@@ -275,14 +268,14 @@ TEST_CASE("a killed rank is named by the other, which exits; a resume continues 
     sets.push_back(s);
   auto l = torchrun(cfg, false, sets, f.root / "killed.log");
   REQUIRE_MESSAGE(wait_for_file(f.root / "killed" / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
-                  slurp(f.root / "killed.log"));
+                  test_util::read_file(f.root / "killed.log"));
   pid_t victim = worker_pid(l.pid, 1);
   REQUIRE(victim > 0);
   auto killed_at = std::chrono::steady_clock::now();
   kill(victim, SIGKILL);
   int code = wait_for(l, std::chrono::seconds(60));
   auto took = std::chrono::steady_clock::now() - killed_at;
-  auto log = slurp(f.root / "killed.log");
+  auto log = test_util::read_file(f.root / "killed.log");
   INFO(log);
   CHECK(code != 0);
   CHECK(code != -1);  // it ended by itself
@@ -292,7 +285,7 @@ TEST_CASE("a killed rank is named by the other, which exits; a resume continues 
   // uninterrupted two-rank run.
   auto resumed_from = stages::latest_checkpoint(f.root / "killed");
   run_torchrun(f.root / "killed", true, {}, f.root / "resumed.log");
-  CHECK(contains(slurp(f.root / "resumed.log"), "resuming from " + resumed_from.string()));
+  CHECK(contains(test_util::read_file(f.root / "resumed.log"), "resuming from " + resumed_from.string()));
   auto ref = read_losses(f.two_ranks), got = read_losses(f.root / "killed");
   for (int s = 1; s <= kSteps; ++s) CHECK_MESSAGE(got[s] == ref[s], "step " << s);
   CHECK(same_weights(final_checkpoint(f.root / "killed"), final_checkpoint(f.two_ranks)));
@@ -313,10 +306,10 @@ TEST_CASE("Ctrl-C on torchrun stops every rank after the same step, with a check
   while (read_losses(f.root / "stopped").count(2) == 0 && std::chrono::steady_clock::now() < deadline &&
          waitpid(l.pid, nullptr, WNOHANG) == 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE_MESSAGE(read_losses(f.root / "stopped").count(2) == 1, slurp(f.root / "stopped.log"));
+  REQUIRE_MESSAGE(read_losses(f.root / "stopped").count(2) == 1, test_util::read_file(f.root / "stopped.log"));
   kill(l.pid, SIGINT);
   int code = wait_for(l, std::chrono::seconds(60));
-  auto log = slurp(f.root / "stopped.log");
+  auto log = test_util::read_file(f.root / "stopped.log");
   INFO(log);
   CHECK(code != -1);
   CHECK(contains(log, "on all 2 ranks."));

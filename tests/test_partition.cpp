@@ -22,12 +22,7 @@ using test_util::error_of;
 
 namespace {
 
-fs::path temp_dir(const std::string& tag) {
-  auto d = fs::temp_directory_path() / ("pipeline_partition_" + std::to_string(::getpid()) + "_" + tag);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+fs::path temp_dir(const std::string& tag) { return test_util::fresh_dir("partition", tag); }
 
 // `count` one-line documents of varied length, cut into several small shards.
 fs::path make_dataset(const std::string& tag, int count, bool tokens) {

@@ -50,6 +50,15 @@ inline ShellResult shell(const std::string& command) {
 
 inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+/// An empty directory pipeline_<prefix>_<pid>_<tag> under the system temp dir (emptied when it
+/// exists), left in place afterwards so that a failing test's files can be looked at.
+inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& tag) {
+  auto d = std::filesystem::temp_directory_path() / ("pipeline_" + prefix + "_" + std::to_string(::getpid()) + "_" + tag);
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
 /// A fresh directory under the system temp dir, removed with everything in it on destruction.
 struct TempDir {
   std::filesystem::path path;
