@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "datasets/tokenizer.h"
-#include "graph/json.h"
+#include "base/json.h"
 
 namespace pipeline::datasets {
 

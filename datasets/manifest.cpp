@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "datasets/llmc_reader.h"
-#include "graph/atomic_file.h"
-#include "graph/json.h"
+#include "base/atomic_file.h"
+#include "base/json.h"
 
 namespace pipeline::datasets {
 namespace {

@@ -17,7 +17,7 @@
 #include <stdexcept>
 #include <thread>
 
-#include "graph/json.h"
+#include "base/json.h"
 #include "datasets/llmc_shard.h"
 #include "datasets/shard.h"
 #include "datasets/tokenizer.h"

@@ -16,7 +16,7 @@
 
 #include "datasets/atomic_file.h"
 #include "datasets/shard.h"
-#include "graph/json.h"
+#include "base/json.h"
 
 namespace pipeline::datasets {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "datasets/sha256.h"
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 
 struct ZSTD_CCtx_s;
 struct ZSTD_DCtx_s;
@@ -70,7 +70,7 @@ struct FileClose {
   void operator()(std::FILE* f) const { std::fclose(f); }
 };
 
-/// Writes one shard, to PATH.tmp until finish() renames it into place (graph/atomic_file.h):
+/// Writes one shard, to PATH.tmp until finish() renames it into place (base/atomic_file.h):
 /// a writer destroyed without finish(), or one whose write failed, leaves no file behind.
 class ShardWriter {
  public:

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "graph/json.h"
+#include "base/json.h"
 #include "datasets/tokenizer_bpe.h"
 #include "datasets/tokenizer_pretokenize.h"
 

@@ -61,7 +61,7 @@
 #include <optional>
 
 #include "graph/flow_graph.h"
-#include "graph/monitor.h"
+#include "graph/observe/monitor.h"
 #include "graph/runtime.h"
 
 namespace pipeline::graph {

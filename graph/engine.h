@@ -1,11 +1,11 @@
 // The engine: builds a graph of registered stages (graph/stage.h) joined by bounded queues,
 // from a TOML config or from code, runs it on oneTBB (plus a dedicated thread per own_thread
-// stage), stops it on request, and reports stats (graph/stats.h) and run-directory files.
+// stage), stops it on request, and reports stats (graph/observe/stats.h) and run-directory files.
 //
 // Typical use (what `pipeline run` does):
 //   auto spec = graph::GraphSpec::from_config(doc);          // [stages.*] sections
 //   graph::Engine engine(std::move(spec), {.run_dir = dir});  // validates: throws config::ConfigError
-//   graph::LiveView view(engine, std::cerr);                  // optional (graph/live_view.h)
+//   graph::LiveView view(engine, std::cerr);                  // optional (graph/observe/live_view.h)
 //   graph::install_sigint_handler(engine);                    // Ctrl-C: stop, twice: abort
 //   engine.run();                                             // throws graph::StageError
 #pragma once
@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "graph/config.h"
+#include "base/config.h"
 #include "graph/stage.h"
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 

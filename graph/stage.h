@@ -31,7 +31,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/config.h"
+#include "base/config.h"
 
 namespace pipeline::graph {
 

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace pipeline::model {
 

@@ -62,7 +62,7 @@ CheckpointState snapshot(GPT& model, const AdamW* optimizer, int64_t step, std::
 void capture_rng_states(CheckpointState& state);
 
 /// Writes state atomically to path (path.tmp, fsync, rename, fsync of the directory; see
-/// graph/atomic_file.h). On an I/O error (disk full, read-only directory) it throws
+/// base/atomic_file.h). On an I/O error (disk full, read-only directory) it throws
 /// pipeline::FileWriteError naming the path and the step, removes path.tmp and leaves an
 /// existing checkpoint at path untouched.
 void write_checkpoint(const std::string& path, const CheckpointState& state);

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "graph/json.h"
+#include "base/json.h"
 
 namespace pipeline::model {
 

@@ -14,7 +14,7 @@
 #include "datasets/atomic_file.h"
 #include "datasets/hf_tokenizer.h"
 #include "datasets/safetensors.h"
-#include "graph/json.h"
+#include "base/json.h"
 
 namespace pipeline::model {
 

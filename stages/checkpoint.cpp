@@ -11,7 +11,7 @@
 #include <string>
 
 #include "graph/stage.h"
-#include "stages/data_parallel.h"
+#include "run/data_parallel.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

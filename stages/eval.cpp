@@ -11,7 +11,7 @@
 #include <cstdio>
 
 #include "datasets/dataset_reader.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "datasets/tokenizer.h"
 #include "graph/stage.h"
 #include "model/autocast.h"

@@ -7,7 +7,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "stages/data_parallel.h"
+#include "run/data_parallel.h"
 
 namespace pipeline::stages {
 

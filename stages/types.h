@@ -26,12 +26,12 @@
 #include "datasets/dataset_mix.h"
 #include "datasets/dataset_reader.h"
 #include "datasets/partition.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "model/checkpoint.h"
 #include "model/device_event.h"
 #include "model/dist_group.h"
 #include "model/gpt2.h"
-#include "stages/run_config.h"
+#include "run/run_config.h"
 
 namespace pipeline::stages {
 

@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <unistd.h>
 
-#include "graph/config.h"
-#include "graph/json.h"
+#include "base/config.h"
+#include "base/json.h"
 
 using namespace pipeline;
 using namespace pipeline::config;

@@ -16,7 +16,7 @@
 #include <torch/torch.h>
 
 #include "datasets/dataset_reader.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "graph/stage.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"

@@ -26,7 +26,7 @@
 
 #include <torch/torch.h>
 
-#include "graph/json.h"
+#include "base/json.h"
 #include "model/checkpoint.h"
 #include "dist_harness.h"
 #include "test_util.h"

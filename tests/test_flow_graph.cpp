@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "graph/config.h"
+#include "base/config.h"
 #include "graph/engine.h"
 #include "graph/stage.h"
 

@@ -15,10 +15,10 @@
 #include <sstream>
 #include <thread>
 
-#include "graph/config.h"
+#include "base/config.h"
 #include "graph/engine.h"
-#include "graph/json.h"
-#include "graph/live_view.h"
+#include "base/json.h"
+#include "graph/observe/live_view.h"
 #include "graph/stage.h"
 
 using namespace pipeline;

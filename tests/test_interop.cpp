@@ -25,12 +25,12 @@
 #include "datasets/dataset_reader.h"
 #include "datasets/safetensors.h"
 #include "datasets/tokenizer.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "model/checkpoint.h"
 #include "model/checkpoint_config.h"
 #include "model/generate.h"
 #include "model/hf_gpt2.h"
-#include "stages/tensorboard_log.h"
+#include "run/tensorboard_log.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.

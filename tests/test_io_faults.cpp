@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 #include "model/checkpoint.h"
 #include "train_harness.h"
 

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "graph/json.h"
+#include "base/json.h"
 #include "test_util.h"
 
 using namespace pipeline;

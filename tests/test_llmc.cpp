@@ -17,7 +17,7 @@
 #include "datasets/llmc_shard.h"
 #include "datasets/manifest.h"
 #include "datasets/prepare.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "datasets/shard.h"
 
 namespace fs = std::filesystem;

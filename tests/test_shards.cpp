@@ -23,7 +23,7 @@
 #include "datasets/prepare.h"
 #include "datasets/sha256.h"
 #include "datasets/shard.h"
-#include "graph/json.h"
+#include "base/json.h"
 #include "datasets/tokenizer.h"
 
 namespace fs = std::filesystem;

@@ -13,8 +13,8 @@
 #include <torch/torch.h>
 
 #include "graph/engine.h"
-#include "graph/stats.h"
-#include "stages/run_setup.h"
+#include "graph/observe/stats.h"
+#include "run/run_setup.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.

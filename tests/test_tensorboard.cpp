@@ -1,4 +1,4 @@
-// The TensorBoard event writer (graph/tensorboard.h): CRC-32C against its check values and a
+// The TensorBoard event writer (graph/observe/tensorboard.h): CRC-32C against its check values and a
 // bit-by-bit reference, TFRecord framing, and an event file's records. That TensorBoard itself
 // reads the files back (tags, steps, values) is tested in test_interop with the tensorboard package.
 #include <doctest/doctest.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/tensorboard.h"
+#include "graph/observe/tensorboard.h"
 
 namespace fs = std::filesystem;
 using namespace pipeline::graph;

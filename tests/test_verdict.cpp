@@ -1,4 +1,4 @@
-// Tests for the bottleneck verdict (graph/verdict.cpp) and autotune (graph/autotune.cpp) on
+// Tests for the bottleneck verdict (graph/observe/verdict.cpp) and autotune (graph/observe/autotune.cpp) on
 // graphs of synthetic stages whose bottleneck is known by construction: a slow middle stage,
 // source or sink, a wide stage behind a narrow one, jitter, CPU-bound spin stages, an ordered
 // consumer behind parallel workers; the steady-state window, hysteresis, and the rule that a
@@ -14,10 +14,10 @@
 #include <string>
 #include <thread>
 
-#include "graph/autotune.h"
+#include "graph/observe/autotune.h"
 #include "graph/engine.h"
 #include "graph/stage.h"
-#include "graph/verdict.h"
+#include "graph/observe/verdict.h"
 
 using namespace pipeline::graph;
 using namespace std::chrono_literals;

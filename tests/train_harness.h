@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "graph/engine.h"
-#include "stages/run_setup.h"
-#include "stages/tensorboard_log.h"
+#include "run/run_setup.h"
+#include "run/tensorboard_log.h"
 
 namespace train_harness {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "cli.h"
-#include "graph/atomic_file.h"
-#include "graph/config.h"
+#include "base/atomic_file.h"
+#include "base/config.h"
 #include "graph/engine.h"
 
 namespace {

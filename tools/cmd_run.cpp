@@ -1,6 +1,6 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
 // stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
-// is one data-parallel rank (stages/data_parallel.h); rank 0 speaks and writes for the run.
+// is one data-parallel rank (run/data_parallel.h); rank 0 speaks and writes for the run.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -11,13 +11,13 @@
 
 #include "cli.h"
 #include "graph/engine.h"
-#include "graph/live_view.h"
-#include "graph/stats.h"
-#include "stages/data_parallel.h"
-#include "stages/rank_session.h"
-#include "stages/rank_stats.h"
-#include "stages/run_setup.h"
-#include "stages/tensorboard_log.h"
+#include "graph/observe/live_view.h"
+#include "graph/observe/stats.h"
+#include "run/data_parallel.h"
+#include "run/rank_session.h"
+#include "run/rank_stats.h"
+#include "run/run_setup.h"
+#include "run/tensorboard_log.h"
 
 namespace pipeline::cli {
 namespace {

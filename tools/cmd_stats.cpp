@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "cli.h"
-#include "graph/atomic_file.h"
-#include "graph/stats.h"
-#include "stages/rank_stats.h"
+#include "base/atomic_file.h"
+#include "graph/observe/stats.h"
+#include "run/rank_stats.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 
 #include "cli.h"
 #include "datasets/tokenizer.h"
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 
 namespace {
 

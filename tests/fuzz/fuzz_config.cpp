@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
-#include "graph/config.h"
+#include "base/config.h"
 #include "graph/engine.h"
 
 namespace cfg = pipeline::config;

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "fuzz_util.h"
-#include "graph/json.h"
+#include "base/json.h"
 
 using pipeline::JsonValue;
 using fuzz_util::broken;

@@ -19,7 +19,7 @@
 //      the graph through the ordered consumer after it.
 //   5. A source is named only when it is busy ("limited by source read"), never because it is
 //      blocked; with no stage saturated the verdict says where the idle time went.
-#include "graph/verdict.h"
+#include "graph/observe/verdict.h"
 
 #include <algorithm>
 #include <cmath>

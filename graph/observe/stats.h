@@ -1,8 +1,8 @@
 // Run statistics: per-stage counters and per-edge occupancy, over the whole run and over the
-// steady-state window, the bottleneck verdict computed from them (graph/verdict.cpp), events
+// steady-state window, the bottleneck verdict computed from them (graph/observe/verdict.cpp), events
 // (verdict changes, autotune decisions), their JSON form (stats.jsonl lines,
 // stats_summary.json) so `pipeline stats` can re-read a finished or running run, and the
-// summary table and chart (graph/report.cpp).
+// summary table and chart (graph/observe/report.cpp).
 #pragma once
 
 #include <cstdint>
@@ -113,7 +113,7 @@ struct Snapshot {
   double steady_seconds() const { return has_steady() ? steady_to_s - steady_from_s : 0; }
 };
 
-/// The bottleneck rule (graph/verdict.cpp, README "How the verdict is reached"), over the
+/// The bottleneck rule (graph/observe/verdict.cpp, README "How the verdict is reached"), over the
 /// steady-state window when the snapshot has one, else over the whole run.
 Verdict analyze(const Snapshot& s, double saturated = 0.8);
 

@@ -1,4 +1,4 @@
-// The bottleneck verdict over time (engine side): analyze() (graph/stats.h) judges one
+// The bottleneck verdict over time (engine side): analyze() (graph/observe/stats.h) judges one
 // snapshot; a VerdictTracker holds the verdict the live view shows, so that it changes only
 // when a new one has held for a few reports in a row instead of flickering between two
 // stages that are nearly tied.
@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 

@@ -1,5 +1,5 @@
 // TensorBoard event file writer (see tensorboard.h).
-#include "graph/tensorboard.h"
+#include "graph/observe/tensorboard.h"
 
 #include <isa-l/crc.h>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "tensorboard_event.pb.h"  // generated from graph/tensorboard_event.proto
+#include "tensorboard_event.pb.h"  // generated from graph/observe/tensorboard_event.proto
 
 namespace pipeline::graph {
 

@@ -1,7 +1,7 @@
 // See atomic_file.h. POSIX calls rather than std::filesystem for the writing itself: every step
 // must report its own errno, and the torch wheel's libtorch.so exports older std::filesystem
 // symbols that can shadow libstdc++'s at run time.
-#include "graph/atomic_file.h"
+#include "base/atomic_file.h"
 
 #include <cerrno>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // See autotune.h.
-#include "graph/autotune.h"
+#include "graph/observe/autotune.h"
 
 #include <algorithm>
 #include <cstdio>

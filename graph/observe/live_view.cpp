@@ -1,5 +1,5 @@
 // Live view rendering (see live_view.h). Runs on the engine's monitor thread at each report.
-#include "graph/live_view.h"
+#include "graph/observe/live_view.h"
 
 #include <unistd.h>
 

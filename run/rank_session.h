@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "graph/engine.h"
-#include "stages/rank_stats.h"
+#include "run/rank_stats.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

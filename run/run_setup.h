@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/config.h"
+#include "base/config.h"
 #include "graph/engine.h"
 #include "stages/types.h"
 

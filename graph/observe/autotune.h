@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "graph/runtime.h"
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 

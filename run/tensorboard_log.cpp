@@ -1,12 +1,12 @@
 // The TensorBoard log of a training run (see tensorboard_log.h).
-#include "stages/tensorboard_log.h"
+#include "run/tensorboard_log.h"
 
 #include <atomic>
 #include <charconv>
 #include <cstdlib>
 
-#include "graph/json.h"
-#include "graph/tensorboard.h"
+#include "base/json.h"
+#include "graph/observe/tensorboard.h"
 
 namespace pipeline::stages {
 

@@ -14,7 +14,7 @@
 // Every report_interval it builds a Snapshot: whole-run figures, and the same over the
 // steady-state window (the last steady_window seconds, once every stage has started; marks of
 // the cumulative counters kept at each report make a window a difference). It runs the verdict
-// tracker (graph/verdict.h) and the autotuner (graph/autotune.h), logs their events, hands the
+// tracker (graph/observe/verdict.h) and the autotuner (graph/observe/autotune.h), logs their events, hands the
 // snapshot to the observers (the live view) and appends it to stats.jsonl. It also acts on stop
 // requests, which a signal handler can only record: a second request, or a drain longer than
 // stop_grace, aborts the run.
@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "graph/runtime.h"
-#include "graph/stats.h"
-#include "graph/verdict.h"
+#include "graph/observe/stats.h"
+#include "graph/observe/verdict.h"
 
 namespace pipeline::graph {
 

@@ -1,14 +1,14 @@
 // Run statistics as data: the JSON form of snapshots and events (stats.jsonl lines,
 // stats_summary.json) and reading a run directory back. The verdict is in verdict.cpp, the
 // table and chart in report.cpp.
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 #include <fstream>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
-#include "graph/json.h"
+#include "base/json.h"
 
 namespace pipeline::graph {
 

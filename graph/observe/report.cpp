@@ -6,7 +6,7 @@
 #include <ostream>
 #include <sstream>
 
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 

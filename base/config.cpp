@@ -1,7 +1,7 @@
 // Typed configuration from TOML (see config.h). All parsing of config files and `--set`
 // overrides happens here, so every message about a bad config has the same shape:
 //   FILE:LINE: [section] key: expected WHAT, got VALUE
-#include "graph/config.h"
+#include "base/config.h"
 
 #include <algorithm>
 #include <cmath>

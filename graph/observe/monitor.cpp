@@ -1,5 +1,5 @@
 // See monitor.h.
-#include "graph/monitor.h"
+#include "graph/observe/monitor.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -9,8 +9,8 @@
 
 #include <sys/resource.h>
 
-#include "graph/autotune.h"
-#include "graph/json.h"
+#include "graph/observe/autotune.h"
+#include "base/json.h"
 
 namespace pipeline::graph {
 

@@ -1,15 +1,15 @@
 // See run_setup.h.
-#include "stages/run_setup.h"
+#include "run/run_setup.h"
 
 #include <chrono>
 #include <ctime>
 
-#include "graph/atomic_file.h"
-#include "graph/json.h"
+#include "base/atomic_file.h"
+#include "base/json.h"
 #include "model/checkpoint.h"
 #include "model/dist_env.h"
 #include "model/hf_gpt2.h"
-#include "stages/data_parallel.h"
+#include "run/data_parallel.h"
 
 namespace pipeline::stages {
 

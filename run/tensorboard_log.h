@@ -1,4 +1,4 @@
-// [logging] tensorboard = true: a TensorBoard event file in the run directory (graph/tensorboard.h),
+// [logging] tensorboard = true: a TensorBoard event file in the run directory (graph/observe/tensorboard.h),
 // fed from two places, so that `tensorboard --logdir runs/` plots a run while it trains:
 //   - every metrics.jsonl line: each number except "step" becomes a scalar at that step, tagged
 //     train/<key> (loss, lr, grad_norm, tokens_per_s, ms_per_step, mfu, ...) or, for evaluation

@@ -1,6 +1,6 @@
 // One rank's run around the engine: signals, peer failures, statistics, outcome (see
 // rank_session.h).
-#include "stages/rank_session.h"
+#include "run/rank_session.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "stages/data_parallel.h"
+#include "run/data_parallel.h"
 
 namespace pipeline::stages {
 

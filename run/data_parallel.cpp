@@ -1,11 +1,11 @@
 // Data-parallel training: stopping together, cursors in checkpoints, and the train stage's hooks
 // (see data_parallel.h).
-#include "stages/data_parallel.h"
+#include "run/data_parallel.h"
 
 #include <algorithm>
 #include <cstdio>
 
-#include "graph/json.h"
+#include "base/json.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

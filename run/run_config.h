@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "graph/config.h"
+#include "base/config.h"
 
 namespace pipeline::stages {
 

@@ -16,7 +16,7 @@
 #include <optional>
 #include <vector>
 
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 #include "model/dist_group.h"
 
 namespace pipeline::stages {

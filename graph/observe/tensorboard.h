@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "graph/stats.h"
+#include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 

@@ -1,7 +1,7 @@
 // The project's JSON module (see json.h): nlohmann/json's SAX parser does the parsing; this file
 // only builds JsonValue trees from its events and recovers what the events do not carry (the byte
 // offset of each value and the literal text of numbers) from the input itself.
-#include "graph/json.h"
+#include "base/json.h"
 
 #include <cstdlib>
 #include <iterator>
