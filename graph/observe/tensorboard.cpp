@@ -12,7 +12,7 @@
 #include <limits>
 #include <stdexcept>
 
-#include "tensorboard_event.pb.h"  // generated from graph/observe/tensorboard_event.proto
+#include "observe/tensorboard_event.pb.h"  // generated from graph/observe/tensorboard_event.proto
 
 namespace pipeline::graph {
 
