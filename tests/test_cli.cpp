@@ -84,7 +84,7 @@ TEST_CASE("check prints the resolved settings, and every error names its key") {
 
 TEST_CASE("tokenize matches the reference ids from outside, and decodes back") {
   auto dir = temp_dir("tok");
-  const std::string data = PIPELINE_SHARED_DATA_DIR;
+  const std::string data = PIPELINE_REFERENCE_DATA_DIR;
   auto enc = sh("tokenize " + data + "/edge_cases.txt --out " + (dir / "ids.u16").string());
   REQUIRE(enc.code == 0);
   CHECK(test_util::read_file(dir / "ids.u16") == test_util::read_file(data + "/edge_cases.gpt2.u16"));

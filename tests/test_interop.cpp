@@ -428,7 +428,7 @@ TEST_CASE("llm.c shards from a Python writer train and resume exactly like our t
 
 TEST_CASE("prepare --format llmc writes shards that llm.c's loader reads") {
   auto root = temp_dir("prepare");
-  const fs::path text = fs::path(PIPELINE_SHARED_DATA_DIR) / "tinyshakespeare.txt";
+  const fs::path text = fs::path(PIPELINE_REFERENCE_DATA_DIR) / "tinyshakespeare.txt";
   if (!fs::exists(text)) {
     MESSAGE("skipped: no " << text.string());
     return;

@@ -622,7 +622,7 @@ TEST_CASE("the bundled tiny-shakespeare dataset opens and verifies") {
   for (const auto* s : {&train, &val})
     for (const auto& d : *s) bytes += d.size();
   // Blank lines separate the documents and are dropped; every other byte is kept.
-  std::string original = read_file(fs::path(PIPELINE_SHARED_DATA_DIR) / "tinyshakespeare.txt");
+  std::string original = read_file(fs::path(PIPELINE_REFERENCE_DATA_DIR) / "tinyshakespeare.txt");
   std::istringstream lines(original);
   uint64_t blank_bytes = 0;
   for (std::string line; std::getline(lines, line);)

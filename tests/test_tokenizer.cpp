@@ -24,7 +24,7 @@ using pipeline::datasets::Tokenizer;
 
 namespace {
 
-const fs::path data_dir = PIPELINE_SHARED_DATA_DIR;
+const fs::path data_dir = PIPELINE_REFERENCE_DATA_DIR;
 
 std::string read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

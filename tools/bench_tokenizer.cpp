@@ -115,7 +115,7 @@ int main(int argc, char** argv) try {
     }
   }
   if (files.empty()) {
-    files = {PIPELINE_SHARED_DATA_DIR "/tinyshakespeare.txt", PIPELINE_SHARED_DATA_DIR "/edge_cases.txt"};
+    files = {PIPELINE_REFERENCE_DATA_DIR "/tinyshakespeare.txt", PIPELINE_REFERENCE_DATA_DIR "/edge_cases.txt"};
   }
   std::sort(thread_counts.begin(), thread_counts.end());
   thread_counts.erase(std::unique(thread_counts.begin(), thread_counts.end()), thread_counts.end());

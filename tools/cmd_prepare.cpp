@@ -45,9 +45,10 @@ options:
   --force              replace a dataset already in DIR
   --quiet              no progress or summary on stderr
 
-example:
-  pipeline prepare ../shared/data/tinyshakespeare.txt --out data/shakespeare --tokens
-  pipeline prepare ../shared/data/tinyshakespeare.txt --out data/shakespeare_llmc --format llmc
+example (tiny-shakespeare ships compressed in the repository):
+  zstd -d datasets/data/tinyshakespeare/tinyshakespeare.txt.zst -o tinyshakespeare.txt
+  pipeline prepare tinyshakespeare.txt --out data/shakespeare --tokens
+  pipeline prepare tinyshakespeare.txt --out data/shakespeare_llmc --format llmc
 )";
 
 std::string need_value(const std::vector<std::string>& args, size_t& i) {

@@ -4,12 +4,18 @@
 # same bytes (prepare is deterministic for a seed; zstd output is fixed for a level).
 #
 # usage: tools/make_bundled_data.sh [PIPELINE_EXE] [TINYSHAKESPEARE_TXT]
-#   defaults: build/tools/pipeline and ../shared/data/tinyshakespeare.txt (relative to the repo)
+#   defaults: build/tools/pipeline and the corpus the repository ships,
+#   datasets/data/tinyshakespeare/tinyshakespeare.txt.zst (unpacked into a temporary file)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 exe=${1:-$root/build/tools/pipeline}
-input=${2:-$root/../shared/data/tinyshakespeare.txt}
 out=$root/datasets/data/tinyshakespeare
+input=${2:-}
+if [[ -z $input ]]; then
+  input=$(mktemp --suffix=.txt)
+  trap 'rm -f "$input"' EXIT
+  zstd -q -d -f "$out/tinyshakespeare.txt.zst" -o "$input"
+fi
 
 # One speech per document (blank-line rule), 10% of documents in val, zstd level 19 to keep
 # the repository small.
