@@ -14,7 +14,7 @@
 #include <tuple>
 #include <utility>
 
-#include "datasets/atomic_file.h"
+#include "base/atomic_file.h"
 #include "datasets/manifest.h"
 #include "datasets/shard.h"
 
@@ -28,17 +28,6 @@ int32_t header_int(std::string_view head, size_t index) {
   int32_t v = 0;
   std::memcpy(&v, head.data() + 4 * index, 4);
   return v;
-}
-
-void write_all(int fd, const void* data, size_t n, const std::filesystem::path& path) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) throw DatasetError(path.string() + ": write failed: " + std::strerror(errno));
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
 }
 
 // "<prefix>_<split>_<digits>.bin" or "<prefix>_<split>.bin" -> (split, index); false otherwise.
@@ -141,37 +130,24 @@ size_t LlmcShardReader::read(uint64_t offset, std::span<uint16_t> out) const {
 
 // ---- writer ---------------------------------------------------------------------------------
 
-LlmcShardWriter::LlmcShardWriter(std::filesystem::path path) : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot create");
+LlmcShardWriter::LlmcShardWriter(std::filesystem::path path) : file_(std::move(path)) {
   const std::vector<char> zeros(kLlmcHeaderBytes, 0);  // the header is written by finish()
-  write_all(fd_, zeros.data(), zeros.size(), tmp_);
+  file_.write(zeros.data(), zeros.size());
   buf_.reserve(size_t(1) << 20);
 }
 
-LlmcShardWriter::~LlmcShardWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-  }
-}
-
-void LlmcShardWriter::fail(const std::string& what) const {
-  throw DatasetError(path_.string() + ": " + what + " " + tmp_.string() + ": " + std::strerror(errno));
-}
-
 void LlmcShardWriter::flush() {
-  write_all(fd_, buf_.data(), 2 * buf_.size(), tmp_);
+  file_.write(buf_.data(), 2 * buf_.size());
   buf_.clear();
 }
 
 void LlmcShardWriter::add_document(std::span<const uint32_t> tokens) {
   if (tokens_ + 1 + tokens.size() > kLlmcMaxTokens)
-    throw std::invalid_argument(path_.string() + ": a document of " + std::to_string(tokens.size()) +
+    throw std::invalid_argument(file_.path().string() + ": a document of " + std::to_string(tokens.size()) +
                                 " tokens would take the shard past the format's 2^31 - 1 tokens");
   for (size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] > UINT16_MAX)
-      throw std::invalid_argument(path_.string() + ": token id " + std::to_string(tokens[i]) +
+      throw std::invalid_argument(file_.path().string() + ": token id " + std::to_string(tokens[i]) +
                                   " does not fit the shard's uint16 ids");
   buf_.push_back(kShardEotId);
   for (uint32_t t : tokens) {
@@ -188,8 +164,8 @@ uint64_t LlmcShardWriter::finish() {
   header[0] = kLlmcMagic;
   header[1] = kLlmcVersion;
   header[2] = static_cast<int32_t>(tokens_);
-  if (::pwrite(fd_, header, sizeof header, 0) != static_cast<ssize_t>(sizeof header)) fail("cannot write the header of");
-  commit_atomic(std::exchange(fd_, -1), tmp_, path_);
+  file_.write_at(0, header, sizeof header);
+  file_.commit();
   return kLlmcHeaderBytes + 2 * tokens_;
 }
 

@@ -23,6 +23,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/atomic_file.h"
+
 namespace pipeline::datasets {
 
 inline constexpr int32_t kLlmcMagic = 20240520;
@@ -68,9 +70,6 @@ class LlmcShardReader {
 class LlmcShardWriter {
  public:
   explicit LlmcShardWriter(std::filesystem::path path);
-  ~LlmcShardWriter();
-  LlmcShardWriter(const LlmcShardWriter&) = delete;
-  LlmcShardWriter& operator=(const LlmcShardWriter&) = delete;
 
   /// Appends <|endoftext|> and then the document's ids (each must be < 65536). Throws
   /// std::invalid_argument when an id does not fit in uint16 or the shard would pass 2^31 - 1 tokens.
@@ -82,10 +81,8 @@ class LlmcShardWriter {
 
  private:
   void flush();
-  [[noreturn]] void fail(const std::string& what) const;
 
-  std::filesystem::path path_, tmp_;
-  int fd_ = -1;
+  AtomicFile file_;  // PATH.tmp until finish(); removed if the writer is destroyed before
   std::vector<uint16_t> buf_;
   uint64_t tokens_ = 0, documents_ = 0;
 };

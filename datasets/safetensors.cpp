@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <utility>
 
-#include "datasets/atomic_file.h"
+#include "base/atomic_file.h"
 #include "datasets/shard.h"
 #include "base/json.h"
 
@@ -271,7 +271,7 @@ void SafetensorsReader::read(const SafetensorsTensor& t, void* dst) const {
 
 SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, std::vector<Entry> tensors,
                                      std::map<std::string, std::string> metadata)
-    : path_(std::move(path)), tmp_(path_.string() + ".tmp") {
+    : path_(std::move(path)), file_(path_) {
   std::stable_sort(tensors.begin(), tensors.end(), [](const Entry& a, const Entry& b) {
     const size_t sa = safetensors_dtype_size(a.dtype), sb = safetensors_dtype_size(b.dtype);
     return sa != sb ? sa > sb : a.name < b.name;
@@ -308,45 +308,9 @@ SafetensorsWriter::SafetensorsWriter(std::filesystem::path path, std::vector<Ent
   if (json.size() > kSafetensorsMaxHeaderBytes)
     throw std::invalid_argument(path_.string() + ": the header would be " + std::to_string(json.size()) +
                                 " bytes, over the format's cap");
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot create");
-  buf_.reserve(kBufferBytes);
   const uint64_t n = json.size();
-  put(&n, 8);
-  put(json.data(), json.size());
-}
-
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_.c_str());
-  }
-}
-
-void SafetensorsWriter::fail(const std::string& what) const {
-  throw DatasetError(path_.string() + ": " + what + " " + tmp_.string() + ": " + std::strerror(errno) +
-                     " (the previous file, if any, is unchanged)");
-}
-
-void SafetensorsWriter::write_all(const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t k = ::write(fd_, p, std::min<size_t>(n, size_t(1) << 30));
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) fail("write failed on");
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
-}
-
-void SafetensorsWriter::put(const void* data, size_t n) {
-  if (buf_.size() + n > kBufferBytes) {
-    write_all(buf_.data(), buf_.size());
-    buf_.clear();
-    if (n >= kBufferBytes) return write_all(data, n);  // large tensors go straight through
-  }
-  const char* p = static_cast<const char*>(data);
-  buf_.insert(buf_.end(), p, p + n);
+  file_.write(&n, 8);
+  file_.write(json.data(), json.size());
 }
 
 void SafetensorsWriter::write(std::string_view name, const void* data, size_t bytes) {
@@ -356,16 +320,14 @@ void SafetensorsWriter::write(std::string_view name, const void* data, size_t by
                            (next_ < order_.size() ? "'" + order_[next_].name + "' (" +
                                                         std::to_string(order_[next_].bytes()) + " bytes)"
                                                   : std::string("no more tensors")));
-  put(data, bytes);
+  file_.write(data, bytes);
   ++next_;
 }
 
 void SafetensorsWriter::finish() {
   if (next_ != order_.size())
     throw std::logic_error(path_.string() + ": finish() before tensor '" + order_[next_].name + "' was written");
-  write_all(buf_.data(), buf_.size());
-  buf_.clear();
-  commit_atomic(std::exchange(fd_, -1), tmp_, path_);
+  file_.commit();
 }
 
 }  // namespace pipeline::datasets

@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "base/atomic_file.h"
+
 namespace pipeline::datasets {
 
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
@@ -99,9 +101,6 @@ class SafetensorsWriter {
 
   SafetensorsWriter(std::filesystem::path path, std::vector<Entry> tensors,
                     std::map<std::string, std::string> metadata = {});
-  ~SafetensorsWriter();
-  SafetensorsWriter(const SafetensorsWriter&) = delete;
-  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
   /// The tensors in the order write() must receive them.
   const std::vector<SafetensorsTensor>& order() const { return order_; }
@@ -111,16 +110,10 @@ class SafetensorsWriter {
   void finish();
 
  private:
-  static constexpr size_t kBufferBytes = size_t(4) << 20;
-  void put(const void* data, size_t n);
-  void write_all(const void* data, size_t n);
-  [[noreturn]] void fail(const std::string& what) const;
-
-  std::filesystem::path path_, tmp_;
+  std::filesystem::path path_;
   std::vector<SafetensorsTensor> order_;
   size_t next_ = 0;
-  int fd_ = -1;
-  std::vector<char> buf_;
+  AtomicFile file_;  // PATH.tmp until finish(); removed if the writer is destroyed before
 };
 
 }  // namespace pipeline::datasets

@@ -11,7 +11,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "datasets/atomic_file.h"
+#include "base/atomic_file.h"
 #include "datasets/hf_tokenizer.h"
 #include "datasets/safetensors.h"
 #include "base/json.h"
@@ -313,18 +313,18 @@ uint64_t write_hf_model(const fs::path& dir, const GPTConfig& cfg, const NamedTe
     w.write(t.name, data.data_ptr(), static_cast<size_t>(data.numel()) * data.element_size());
   }
   w.finish();
-  datasets::write_file_atomic(dir / "config.json", hf_config_json(cfg, dtype));
-  datasets::write_file_atomic(dir / "generation_config.json", hf_generation_config_json());
+  write_file_atomic(dir / "config.json", hf_config_json(cfg, dtype));
+  write_file_atomic(dir / "generation_config.json", hf_generation_config_json());
   return fs::file_size(dir / "model.safetensors");
 }
 
 void write_hf_tokenizer(const fs::path& dir, int64_t model_max_length) {
   fs::create_directories(dir);
   const auto files = datasets::hf_gpt2_tokenizer_files(model_max_length);
-  datasets::write_file_atomic(dir / "vocab.json", files.vocab_json);
-  datasets::write_file_atomic(dir / "merges.txt", files.merges_txt);
-  datasets::write_file_atomic(dir / "tokenizer.json", files.tokenizer_json);
-  datasets::write_file_atomic(dir / "tokenizer_config.json", files.tokenizer_config_json);
+  write_file_atomic(dir / "vocab.json", files.vocab_json);
+  write_file_atomic(dir / "merges.txt", files.merges_txt);
+  write_file_atomic(dir / "tokenizer.json", files.tokenizer_json);
+  write_file_atomic(dir / "tokenizer_config.json", files.tokenizer_config_json);
 }
 
 NamedTensors read_hf_weights(const fs::path& dir, const GPTConfig& cfg) {

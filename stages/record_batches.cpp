@@ -11,7 +11,7 @@
 #include <cstdio>
 
 #include "graph/stage.h"
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

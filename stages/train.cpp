@@ -15,7 +15,7 @@
 #include "model/optim.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
 

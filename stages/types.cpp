@@ -7,7 +7,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 
 namespace pipeline::stages {
 

@@ -31,7 +31,7 @@
 #include "model/device_event.h"
 #include "model/dist_group.h"
 #include "model/gpt2.h"
-#include "run/run_config.h"
+#include "runner/run_config.h"
 
 namespace pipeline::stages {
 

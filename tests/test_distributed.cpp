@@ -16,8 +16,8 @@
 #include "model/dist_env.h"
 #include "model/dist_group.h"
 #include "model/dist_reducer.h"
-#include "run/data_parallel.h"
-#include "run/rank_stats.h"
+#include "runner/data_parallel.h"
+#include "runner/rank_stats.h"
 #include "stages/types.h"
 #include "test_util.h"
 

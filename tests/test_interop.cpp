@@ -30,7 +30,7 @@
 #include "model/checkpoint_config.h"
 #include "model/generate.h"
 #include "model/hf_gpt2.h"
-#include "run/tensorboard_log.h"
+#include "runner/tensorboard_log.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.

@@ -14,7 +14,7 @@
 
 #include "graph/engine.h"
 #include "graph/observe/stats.h"
-#include "run/run_setup.h"
+#include "runner/run_setup.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.

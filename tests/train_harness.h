@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "graph/engine.h"
-#include "run/run_setup.h"
-#include "run/tensorboard_log.h"
+#include "runner/run_setup.h"
+#include "runner/tensorboard_log.h"
 
 namespace train_harness {
 

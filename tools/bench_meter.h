@@ -16,7 +16,7 @@
 #include <sys/resource.h>
 
 #include "graph/engine.h"
-#include "run/run_setup.h"
+#include "runner/run_setup.h"
 #include "stages/types.h"
 
 namespace bench_meter {

@@ -10,7 +10,7 @@
 #include "model/checkpoint.h"
 #include "model/checkpoint_config.h"
 #include "model/hf_gpt2.h"
-#include "run/run_setup.h"
+#include "runner/run_setup.h"
 
 namespace pipeline::cli {
 namespace {

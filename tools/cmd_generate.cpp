@@ -6,7 +6,7 @@
 #include "model/checkpoint.h"
 #include "model/checkpoint_config.h"
 #include "model/generate.h"
-#include "run/run_setup.h"
+#include "runner/run_setup.h"
 
 namespace pipeline::cli {
 namespace {

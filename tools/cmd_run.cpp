@@ -1,6 +1,6 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
 // stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
-// is one data-parallel rank (run/data_parallel.h); rank 0 speaks and writes for the run.
+// is one data-parallel rank (runner/data_parallel.h); rank 0 speaks and writes for the run.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -9,15 +9,16 @@
 #include <optional>
 #include <unistd.h>
 
+#include "base/atomic_file.h"
 #include "cli.h"
 #include "graph/engine.h"
 #include "graph/observe/live_view.h"
 #include "graph/observe/stats.h"
-#include "run/data_parallel.h"
-#include "run/rank_session.h"
-#include "run/rank_stats.h"
-#include "run/run_setup.h"
-#include "run/tensorboard_log.h"
+#include "runner/data_parallel.h"
+#include "runner/rank_session.h"
+#include "runner/rank_stats.h"
+#include "runner/run_setup.h"
+#include "runner/tensorboard_log.h"
 
 namespace pipeline::cli {
 namespace {
@@ -194,7 +195,7 @@ int run_main(const std::vector<std::string>& args) {
   }
   auto verdict = stages::analyze_ranks(snap);
   if (rank && !ctx.run_dir.empty())  // the run's summary holds every rank's stages, and their verdict
-    std::ofstream(ctx.run_dir / "stats_summary.json", std::ios::trunc) << graph::to_json(snap, &verdict) << "\n";
+    write_file_atomic(ctx.run_dir / "stats_summary.json", graph::to_json(snap, &verdict) + "\n");
   std::cout << "\n";
   graph::print_summary(std::cout, stages::rank_rows(snap), verdict);
 

@@ -9,7 +9,7 @@
 #include "cli.h"
 #include "base/atomic_file.h"
 #include "graph/observe/stats.h"
-#include "run/rank_stats.h"
+#include "runner/rank_stats.h"
 
 namespace {
 

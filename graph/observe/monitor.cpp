@@ -9,28 +9,13 @@
 
 #include <sys/resource.h>
 
+#include "base/atomic_file.h"
 #include "graph/observe/autotune.h"
 #include "base/json.h"
 
 namespace pipeline::graph {
 
 namespace {
-
-// Writes `text` to `path` through a temporary file and a rename, so that a reader never sees
-// half a file and a failed write leaves the previous file in place. Throws naming the path.
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += ".tmp";
-  {
-    std::ofstream os(tmp, std::ios::trunc | std::ios::binary);
-    os << text;
-    os.flush();
-    if (!os) throw std::runtime_error(tmp.string() + ": cannot write");
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw std::runtime_error(path.string() + ": cannot replace (" + ec.message() + ")");
-}
 
 double process_cpu_s() {
   rusage u{};
@@ -420,7 +405,7 @@ void Monitor::finish(Snapshot final_snapshot) {
     if (!jsonl_) throw std::runtime_error((rt_.opts.run_dir / "stats.jsonl").string() + ": write failed");
   }
   if (!rt_.opts.run_dir.empty()) {
-    write_file(rt_.opts.run_dir / "stats_summary.json", line + "\n");
+    write_file_atomic(rt_.opts.run_dir / "stats_summary.json", line + "\n");
     if (rt_.tracing) write_trace();
   }
   notify(final_snapshot);
@@ -449,7 +434,7 @@ void Monitor::write_trace() const {
     }
   }
   os << "\n]}\n";
-  write_file(rt_.opts.run_dir / "trace.json", os.str());
+  write_file_atomic(rt_.opts.run_dir / "trace.json", os.str());
 }
 
 }  // namespace pipeline::graph

@@ -1,5 +1,5 @@
 // Gathering, merging and judging the ranks' stage statistics (see rank_stats.h).
-#include "run/rank_stats.h"
+#include "runner/rank_stats.h"
 
 #include <algorithm>
 #include <cstdio>

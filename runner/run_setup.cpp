@@ -1,5 +1,5 @@
 // See run_setup.h.
-#include "run/run_setup.h"
+#include "runner/run_setup.h"
 
 #include <chrono>
 #include <ctime>
@@ -9,7 +9,7 @@
 #include "model/checkpoint.h"
 #include "model/dist_env.h"
 #include "model/hf_gpt2.h"
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 
 namespace pipeline::stages {
 

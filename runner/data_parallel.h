@@ -26,7 +26,7 @@
 
 #include "model/dist_group.h"
 #include "model/dist_reducer.h"
-#include "run/run_config.h"
+#include "runner/run_config.h"
 
 namespace pipeline::stages {
 

@@ -1,6 +1,6 @@
 // One rank's run around the engine: signals, peer failures, statistics, outcome (see
 // rank_session.h).
-#include "run/rank_session.h"
+#include "runner/rank_session.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 
 namespace pipeline::stages {
 

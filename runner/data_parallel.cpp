@@ -1,6 +1,6 @@
 // Data-parallel training: stopping together, cursors in checkpoints, and the train stage's hooks
 // (see data_parallel.h).
-#include "run/data_parallel.h"
+#include "runner/data_parallel.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // Schemas and resolution of the run sections of a pipeline TOML (see run_config.h).
-#include "run/run_config.h"
+#include "runner/run_config.h"
 
 #include "datasets/llmc_shard.h"
 

@@ -1,5 +1,5 @@
 // The TensorBoard log of a training run (see tensorboard_log.h).
-#include "run/tensorboard_log.h"
+#include "runner/tensorboard_log.h"
 
 #include <atomic>
 #include <charconv>
