@@ -46,7 +46,26 @@ EnvLookup process_env() {
 }
 
 std::optional<LaunchEnv> launch_env(const EnvLookup& get) {
-  if (!get("WORLD_SIZE")) return std::nullopt;
+  // A rank's own variables say that a launcher started this process as one rank of several; then
+  // every variable a rank needs must be there. A partial environment is refused rather than read
+  // as a single process, which would train alone and could write into a directory the other
+  // ranks use. (MASTER_ADDR and MASTER_PORT alone are often exported for other tools: no launch.)
+  std::string present, missing;
+  for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+    if (get(name)) present += std::string(present.empty() ? "" : ", ") + name;
+  if (present.empty()) return std::nullopt;
+  int n_missing = 0;
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
+    auto v = get(name);
+    if (!v || v->empty()) {
+      missing += std::string(missing.empty() ? "" : ", ") + name;
+      ++n_missing;
+    }
+  }
+  if (n_missing > 0)
+    throw LaunchError("a partial torchrun environment: " + present + " set, but " + missing + (n_missing == 1 ? " is" : " are") +
+                      " not. A data-parallel rank needs RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; to train as "
+                      "one process, unset " + present + kHint);
   LaunchEnv e;
   e.world_size = static_cast<int>(int_var(get, "WORLD_SIZE", 1, 1 << 20, std::nullopt));
   e.rank = static_cast<int>(int_var(get, "RANK", 0, 1 << 20, std::nullopt));

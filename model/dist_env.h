@@ -42,8 +42,10 @@ struct LaunchEnv {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();
 
-/// The rank's environment, or nullopt when WORLD_SIZE is unset (a single process, as without
-/// torchrun). Throws LaunchError naming the variable, its value and what was expected.
+/// The rank's environment, or nullopt when none of RANK, LOCAL_RANK, WORLD_SIZE and
+/// LOCAL_WORLD_SIZE is set (a single process, as without torchrun). Throws LaunchError naming the
+/// variable, its value and what was expected; a partial environment (some of them set, but not
+/// all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) names every missing variable.
 std::optional<LaunchEnv> launch_env(const EnvLookup& get = process_env());
 
 }  // namespace pipeline::dist

@@ -84,7 +84,7 @@ void two_ranks(F f, dist::GroupOptions o0 = quick(), dist::GroupOptions o1 = qui
 
 }  // namespace
 
-TEST_CASE("torchrun's environment: none without WORLD_SIZE; every bad value named") {
+TEST_CASE("torchrun's environment: none without a rank's variables; a partial one and every bad value named") {
   CHECK(!dist::launch_env(env_of({})));
   std::map<std::string, std::string> ok = {{"WORLD_SIZE", "4"},       {"RANK", "3"},          {"LOCAL_RANK", "1"},
                                            {"LOCAL_WORLD_SIZE", "2"}, {"MASTER_ADDR", "nodeA"}, {"MASTER_PORT", "29500"},
@@ -106,8 +106,19 @@ TEST_CASE("torchrun's environment: none without WORLD_SIZE; every bad value name
   };
   CHECK(contains(bad("WORLD_SIZE", "two"), "WORLD_SIZE is \"two\": expected an integer from 1"));
   CHECK(contains(bad("RANK", "4"), "RANK is 4 but WORLD_SIZE is 4"));
-  CHECK(contains(bad("RANK", ""), "RANK is not set, but WORLD_SIZE is"));
-  CHECK(contains(bad("MASTER_ADDR", ""), "MASTER_ADDR is not set"));
+  CHECK(contains(bad("RANK", ""), "WORLD_SIZE, LOCAL_WORLD_SIZE set, but RANK is not"));
+  CHECK(contains(bad("MASTER_ADDR", ""), "but MASTER_ADDR is not"));
+  // A partial environment is an error naming every missing variable, never a silent single process.
+  auto partial = error_of([&] { dist::launch_env(env_of({{"RANK", "0"}, {"LOCAL_RANK", "0"}})); });
+  CHECK(contains(partial, "a partial torchrun environment: RANK, LOCAL_RANK set, but WORLD_SIZE, MASTER_ADDR, MASTER_PORT are not"));
+  CHECK(contains(partial, "to train as one process, unset RANK, LOCAL_RANK"));
+  auto no_store = error_of(
+      [&] { dist::launch_env(env_of({{"RANK", "0"}, {"LOCAL_RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "1"}})); });
+  CHECK(contains(no_store, "but MASTER_ADDR is not"));
+  CHECK(contains(error_of([&] { dist::launch_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "1"}})); }),
+                 "but MASTER_ADDR, MASTER_PORT are not"));
+  // The store's address alone (exported for other tools) is no launch.
+  CHECK(!dist::launch_env(env_of({{"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}})));
   CHECK(contains(bad("MASTER_PORT", "70000"), "MASTER_PORT is \"70000\""));
   CHECK(contains(bad("LOCAL_RANK", "2"), "LOCAL_RANK is 2 but LOCAL_WORLD_SIZE is 2"));
   // By hand, without LOCAL_*: one rank per machine.
