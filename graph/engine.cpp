@@ -56,7 +56,6 @@
 
 #include <oneapi/tbb/task_arena.h>
 
-#include <csignal>
 #include <filesystem>
 #include <optional>
 
@@ -204,26 +203,5 @@ std::vector<config::Section> Engine::stage_options() const {
 void validate(const GraphSpec& spec) { EngineImpl(spec, {}, false); }
 
 std::string to_dot(const GraphSpec& spec) { return graph_dot(EngineImpl(spec, {}, false).rt); }
-
-// ---------------------------------------------------------------------------------------------
-// SIGINT: the handler only touches an atomic (async-signal-safe); the monitor acts on it.
-
-namespace {
-std::atomic<Engine*> g_sigint_engine{nullptr};
-extern "C" void pipeline_on_sigint(int) {
-  if (Engine* e = g_sigint_engine.load()) e->stop();
-}
-}  // namespace
-
-SigintGuard::SigintGuard(Engine& engine) {
-  g_sigint_engine.store(&engine);
-  auto prev = std::signal(SIGINT, pipeline_on_sigint);
-  previous_ = reinterpret_cast<void*>(prev);
-}
-
-SigintGuard::~SigintGuard() {
-  std::signal(SIGINT, reinterpret_cast<void (*)(int)>(previous_));
-  g_sigint_engine.store(nullptr);
-}
 
 }  // namespace pipeline::graph

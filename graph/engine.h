@@ -6,7 +6,7 @@
 //   auto spec = graph::GraphSpec::from_config(doc);          // [stages.*] sections
 //   graph::Engine engine(std::move(spec), {.run_dir = dir});  // validates: throws config::ConfigError
 //   graph::LiveView view(engine, std::cerr);                  // optional (graph/observe/live_view.h)
-//   graph::install_sigint_handler(engine);                    // Ctrl-C: stop, twice: abort
+//   // on Ctrl-C (from a thread the caller owns): engine.stop(); on a second one: engine.abort()
 //   engine.run();                                             // throws graph::StageError
 #pragma once
 
@@ -122,7 +122,7 @@ class Engine {
   /// Throws StageError naming the first stage that threw.
   void run();
   /// Asks the sources to stop; queued items finish or are discarded as each stage declares.
-  /// Async-signal-safe (sets an atomic). A second call (or abort()) aborts at once.
+  /// Any thread (it sets an atomic). A second call (or abort()) aborts at once.
   void stop();
   void abort();
   bool stop_requested() const;
@@ -153,18 +153,5 @@ class Engine {
 void validate(const GraphSpec& spec);
 /// The graph as Graphviz DOT, without building stage instances.
 std::string to_dot(const GraphSpec& spec);
-
-/// Installs a SIGINT handler that calls engine.stop() (a second Ctrl-C aborts), and removes
-/// it (restoring the previous handler) when the returned guard is destroyed.
-class SigintGuard {
- public:
-  explicit SigintGuard(Engine& engine);
-  ~SigintGuard();
-  SigintGuard(const SigintGuard&) = delete;
-  SigintGuard& operator=(const SigintGuard&) = delete;
-
- private:
-  void* previous_;
-};
 
 }  // namespace pipeline::graph

@@ -82,17 +82,25 @@ TrainSync::TrainSync(DataParallel& dp, const RunConfig& cfg, const std::vector<t
   dist::ReducerOptions o;
   o.bucket_bytes = static_cast<int64_t>(cfg.run.dist_bucket_mb * 1024 * 1024);
   reducer_ = std::make_unique<dist::GradientReducer>(dp_.group(), params, o);
-  flags_ = torch::zeros({2}, torch::kInt64);
+  flags_ = torch::zeros({3}, torch::kInt64);
 }
 
 DataParallel::EarlyStop TrainSync::exchange_flags(bool dry) {
-  // [0]: a stop was requested on some rank; [1]: some rank is out of data. MAX over ranks.
+  // [0]: a stop was requested on some rank; [1]: some rank is out of data; [2]: some rank was
+  // asked for a checkpoint. MAX over ranks.
   auto issue = [&] {
-    flags_ = torch::tensor({static_cast<int64_t>(dp_.stop_requested()), static_cast<int64_t>(dry)}, torch::kInt64);
+    requests_in_flight_ = checkpoint_requests_;
+    const bool ask = checkpoint_requests_ > requests_served_;
+    flags_ = torch::tensor({static_cast<int64_t>(dp_.stop_requested()), static_cast<int64_t>(dry), static_cast<int64_t>(ask)},
+                           torch::kInt64);
     return dp_.group().allreduce_max(flags_);
   };
   auto reason = [&] {
     auto a = flags_.accessor<int64_t, 1>();
+    if (a[2] != 0) {
+      checkpoint_agreed_ = true;
+      requests_served_ = std::max(requests_served_, requests_in_flight_);
+    }
     return a[1] != 0 ? DataParallel::EarlyStop::out_of_data
            : a[0] != 0 ? DataParallel::EarlyStop::requested
                        : DataParallel::EarlyStop::none;
@@ -111,9 +119,10 @@ DataParallel::EarlyStop TrainSync::exchange_flags(bool dry) {
   return why;
 }
 
-bool TrainSync::before_forward(bool last_micro_batch) {
+bool TrainSync::before_forward(bool last_micro_batch, int64_t checkpoint_requests) {
   if (agreed_stop_) return false;
   if (!last_micro_batch) return true;
+  checkpoint_requests_ = checkpoint_requests;
   if (auto why = exchange_flags(/*dry=*/false); why != DataParallel::EarlyStop::none) {
     agreed_stop_ = true;
     dp_.set_stopped_early(why);
@@ -149,6 +158,12 @@ std::string TrainSync::describe_buckets() const {
                 sizes.size(), sizes.size() == 1 ? "" : "s", static_cast<double>(total) / 1e6,
                 static_cast<double>(largest) / 1e6);
   return buf;
+}
+
+bool TrainSync::take_checkpoint_request() {
+  const bool agreed = checkpoint_agreed_;
+  checkpoint_agreed_ = false;
+  return agreed;
 }
 
 bool TrainSync::checkpoint_here(int64_t step, const DataCursor& cursor) {

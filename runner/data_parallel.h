@@ -85,8 +85,11 @@ class TrainSync {
 
   bool writer() const { return dp_.writer(); }
   /// Before a micro-batch's forward. On a step's last micro-batch: agrees with the other ranks
-  /// whether to go on; false means every rank stops now, before this step.
-  bool before_forward(bool last_micro_batch);
+  /// whether to go on; false means every rank stops now, before this step. `checkpoint_requests`
+  /// counts the checkpoints asked for on this rank so far (SIGUSR1); the ranks agree on those too.
+  bool before_forward(bool last_micro_batch, int64_t checkpoint_requests);
+  /// Whether the ranks agreed (in before_forward) to checkpoint this step; true once per agreement.
+  bool take_checkpoint_request();
   /// Before backward: the last micro-batch's backward averages the gradients over the ranks.
   void before_backward(const torch::Tensor& loss, bool last_micro_batch);
   /// After clipping: replaces loss and norm with their averages over the ranks (asynchronous; the
@@ -101,15 +104,20 @@ class TrainSync {
   void finish();
 
  private:
-  /// Exchanges [stop requested, out of data] with the other ranks; the reason to stop, if any.
+  /// Exchanges [stop requested, out of data, checkpoint asked] with the other ranks; the reason
+  /// to stop, if any (and checkpoint_agreed_).
   DataParallel::EarlyStop exchange_flags(bool dry);
 
   DataParallel& dp_;
   bool lagged_;  // loop = true: read each step's flags one step later
   std::unique_ptr<dist::GradientReducer> reducer_;
-  torch::Tensor flags_;                 // (2,) int64 on the host: stop requested, out of data
+  torch::Tensor flags_;                 // (3,) int64 on the host: stop requested, out of data, checkpoint asked
   std::shared_ptr<dist::Work> pending_;  // the lagged exchange in flight
   bool agreed_stop_ = false;
+  // SIGUSR1: requests seen on this rank, those the exchange in flight carries, and those an
+  // agreed checkpoint answered (a request is sent until a checkpoint after it was agreed).
+  int64_t checkpoint_requests_ = 0, requests_in_flight_ = 0, requests_served_ = 0;
+  bool checkpoint_agreed_ = false;
 };
 
 }  // namespace pipeline::stages

@@ -1,12 +1,8 @@
-// One rank's run around the engine: signals, peer failures, statistics, outcome (see
+// One rank's run around the engine: stopping together, peer failures, statistics, outcome (see
 // rank_session.h).
 #include "runner/rank_session.h"
 
-#include <unistd.h>
-
-#include <csignal>
 #include <cstdio>
-#include <cstring>
 
 #include "runner/data_parallel.h"
 
@@ -20,60 +16,19 @@ using Clock = std::chrono::steady_clock;
 // not return) before it exits on its own.
 constexpr auto kAbortGrace = std::chrono::seconds(10);
 
-// Signal-handler state: only atomics and async-signal-safe calls.
-std::atomic<DataParallel*> g_dp{nullptr};
-std::atomic<graph::Engine*> g_engine{nullptr};
-std::atomic<int> g_signals{0};
-std::atomic<int64_t> g_abort_since{0};  // steady-clock ns when an abort was asked for (0: none)
-std::atomic<int> g_abort_code{0};
-
 int64_t now_ns() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
-
-// Peer failures arrive on the group's watch thread, which may outlive the session: the callback
-// reaches the session's state only through this lock.
-std::mutex g_mu;
-RankSession* g_session = nullptr;
-
-void arm_abort(int code) {
-  int64_t zero = 0;
-  if (g_abort_since.compare_exchange_strong(zero, now_ns())) g_abort_code.store(code);
-}
-
-extern "C" void pipeline_on_rank_signal(int) {
-  // First signal: the ranks stop together after the current step, with a checkpoint. Second: abort.
-  if (g_signals.fetch_add(1) == 0) {
-    if (DataParallel* dp = g_dp.load()) dp->request_stop();
-  } else {
-    if (graph::Engine* e = g_engine.load()) e->abort();
-    arm_abort(130);
-  }
-}
-
-void* install(int sig) {
-  struct sigaction sa {}, old {};
-  sa.sa_handler = pipeline_on_rank_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(sig, &sa, &old);
-  return reinterpret_cast<void*>(old.sa_handler);
-}
-
-void restore(int sig, void* previous) {
-  struct sigaction sa {};
-  sa.sa_handler = reinterpret_cast<void (*)(int)>(previous);
-  sigemptyset(&sa.sa_mask);
-  sigaction(sig, &sa, nullptr);
-}
 
 }  // namespace
 
+// Peer failures arrive on the group's watch thread, which may outlive the session: the callback
+// holds this, and reaches the session only while it is alive (the destructor detaches it).
+struct RankSession::WatchTarget {
+  std::mutex mu;
+  RankSession* session = nullptr;
+};
+
 RankSession::RankSession(RunContext& ctx, graph::Engine& engine)
-    : ctx_(ctx), dp_(*ctx.dp), engine_(engine), stats_(ctx.dp->group()) {
-  g_signals.store(0);
-  g_abort_since.store(0);
-  g_dp.store(&dp_);
-  g_engine.store(&engine_);
-  previous_int_ = install(SIGINT);
-  previous_term_ = install(SIGTERM);
+    : ctx_(ctx), dp_(*ctx.dp), engine_(engine), stats_(ctx.dp->group()), target_(std::make_shared<WatchTarget>()) {
   if (!dp_.writer())
     engine_.add_observer([this](const graph::Snapshot& s) {
       if (s.finished) return;  // the final one goes out in finished()
@@ -84,18 +39,18 @@ RankSession::RankSession(RunContext& ctx, graph::Engine& engine)
       }
     });
   {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_session = this;
+    std::lock_guard<std::mutex> lock(target_->mu);
+    target_->session = this;
   }
-  dp_.group().watch([](const std::string& failure) {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_session) g_session->abort_soon(failure);
+  dp_.group().watch([target = target_](const std::string& failure) {
+    std::lock_guard<std::mutex> lock(target->mu);
+    if (target->session) target->session->abort_soon(failure);
   });
   // Exits the process if an abort does not unwind in time (a collective that never returns).
   reaper_ = std::thread([this] {
     while (!done_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      int64_t since = g_abort_since.load();
+      int64_t since = abort_since_.load();
       if (since == 0 || now_ns() - since < std::chrono::duration_cast<std::chrono::nanoseconds>(kAbortGrace).count())
         continue;
       std::string why = peer_failure();
@@ -103,22 +58,28 @@ RankSession::RankSession(RunContext& ctx, graph::Engine& engine)
                    static_cast<long long>(kAbortGrace.count()), why.empty() ? "" : "; ", why.c_str());
       std::fflush(stderr);
       dp_.group().record_exit(why.empty() ? "aborted" : why);
-      std::_Exit(g_abort_code.load() ? g_abort_code.load() : 1);
+      std::_Exit(abort_code_.load() ? abort_code_.load() : 1);
     }
   });
+}
+
+void RankSession::request_stop() { dp_.request_stop(); }
+
+void RankSession::abort(int code) {
+  engine_.abort();
+  arm_abort(code);
+}
+
+void RankSession::arm_abort(int code) {
+  int64_t zero = 0;
+  if (abort_since_.compare_exchange_strong(zero, now_ns())) abort_code_.store(code);
 }
 
 RankSession::~RankSession() {
   done_.store(true);
   if (reaper_.joinable()) reaper_.join();
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_session = nullptr;
-  }
-  restore(SIGINT, previous_int_);
-  restore(SIGTERM, previous_term_);
-  g_dp.store(nullptr);
-  g_engine.store(nullptr);
+  std::lock_guard<std::mutex> lock(target_->mu);
+  target_->session = nullptr;
 }
 
 void RankSession::abort_soon(const std::string& why) {

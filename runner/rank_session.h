@@ -1,7 +1,8 @@
 // What `pipeline run` does around the engine when it is one rank of several (torchrun):
-//   - SIGINT and SIGTERM ask for a stop that the ranks agree on at the next step (torchrun passes
-//     Ctrl-C on to every rank as SIGINT, and sends SIGTERM when another rank failed); a second
-//     signal aborts, and the process exits within a bounded time even if a collective hangs;
+//   - a stop request (runner/signals.h: SIGINT, SIGTERM or SIGHUP; torchrun passes Ctrl-C on to
+//     every rank as SIGINT, and sends SIGTERM when another rank failed) becomes a stop that the
+//     ranks agree on at the next step; an abort (a second signal) ends this rank, and the process
+//     exits within a bounded time even if a collective hangs;
 //   - a peer that fails or goes silent (dist::Group::watch) aborts this rank the same way, with
 //     a message naming that peer;
 //   - ranks other than 0 publish their stage statistics for rank 0 (RankStats);
@@ -23,9 +24,9 @@ namespace pipeline::stages {
 
 class RankSession {
  public:
-  /// Installs the signal handlers and the failure watch; call before engine.run().
+  /// Starts the failure watch; call before engine.run().
   RankSession(RunContext& ctx, graph::Engine& engine);
-  /// Restores the signal handlers.
+  /// Detaches the failure watch.
   ~RankSession();
   RankSession(const RankSession&) = delete;
   RankSession& operator=(const RankSession&) = delete;
@@ -48,8 +49,15 @@ class RankSession {
   /// "rank 1 of 2: " for messages.
   std::string prefix() const;
 
+  /// The ranks stop together after the step they agree on, with a checkpoint.
+  void request_stop();
+  /// This rank stops now; it exits with `code` if it has not unwound within a few seconds.
+  void abort(int code);
+
  private:
+  struct WatchTarget;
   void abort_soon(const std::string& why);
+  void arm_abort(int code);
 
   RunContext& ctx_;
   DataParallel& dp_;
@@ -57,10 +65,11 @@ class RankSession {
   RankStats stats_;
   mutable std::mutex mu_;
   std::string peer_failure_;
+  std::shared_ptr<WatchTarget> target_;
+  std::atomic<int64_t> abort_since_{0};  // steady-clock ns when an abort was asked for (0: none)
+  std::atomic<int> abort_code_{0};
   std::thread reaper_;
   std::atomic<bool> done_{false};
-  void* previous_int_ = nullptr;
-  void* previous_term_ = nullptr;
 };
 
 }  // namespace pipeline::stages

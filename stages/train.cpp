@@ -128,7 +128,7 @@ class Train : public graph::Stage {
     if (done_) return;  // the run has its steps: what is still queued is not needed
     const auto accum = rc_.cfg.training.grad_accum;
     const bool last_micro_batch = micro_ + 1 == accum;
-    if (sync_ && !sync_->before_forward(last_micro_batch)) return stop_with_the_others(out);
+    if (sync_ && !sync_->before_forward(last_micro_batch, rc_.checkpoint_requests.load())) return stop_with_the_others(out);
     auto b = in.take<Batch>();
     if (!timing_) {
       timing_ = std::make_shared<StepTiming>();
@@ -256,9 +256,12 @@ class Train : public graph::Stage {
       for (const auto& p : model_->named_parameters()) w->weights.emplace_back(p.key(), p.value().detach().clone());
       r.eval = std::move(w);
     }
-    if (((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end)) &&
-        (!sync_ || sync_->checkpoint_here(step_, step_cursor_)))
+    const bool asked = checkpoint_asked();  // SIGUSR1: this step, whatever the schedule says
+    if (((cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0) || (r.last && cfg.checkpoint.at_end) || asked) &&
+        (!sync_ || sync_->checkpoint_here(step_, step_cursor_))) {
       r.checkpoint = snapshot();
+      if (asked) rc_.log->print(name_ + ": checkpoint of step " + std::to_string(step_) + " as asked (SIGUSR1); training goes on");
+    }
     if (rc_.device.is_cuda()) {
       auto pinned = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true);
       r.loss = torch::empty({}, pinned);
@@ -305,6 +308,16 @@ class Train : public graph::Stage {
                      " kernel, not flash or cuDNN attention: expect a slower step and more memory");
   }
 
+  // A checkpoint was asked for since the last one we took for such a request: with several
+  // ranks, on any rank (they agreed on it before this step, so all checkpoint the same step).
+  bool checkpoint_asked() {
+    if (sync_) return sync_->take_checkpoint_request();
+    const int64_t requests = rc_.checkpoint_requests.load();
+    if (requests <= checkpoint_requests_served_) return false;
+    checkpoint_requests_served_ = requests;
+    return true;
+  }
+
   void finish(graph::Emitter* out = nullptr) {
     if (out) out->wind_down();  // what is in flight towards train is dropped, not drained
     if (sync_) sync_->finish();
@@ -321,6 +334,7 @@ class Train : public graph::Stage {
   std::vector<torch::Tensor> params_;
   model::LrSchedule sched_;
   int64_t step_ = 0, micro_ = 0;
+  int64_t checkpoint_requests_served_ = 0;  // RunContext::checkpoint_requests already answered
   bool autocast_ = true, done_ = false;
   torch::Tensor loss_sum_;
   std::shared_ptr<StepTiming> timing_;  // the step being issued

@@ -3,7 +3,9 @@
 #include "stages/types.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <stdexcept>
 
@@ -109,21 +111,74 @@ RunLog::RunLog(std::filesystem::path run_dir, bool print) : dir_(std::move(run_d
     auto path = dir_ / "metrics.jsonl";
     metrics_ = std::fopen(path.c_str(), "a");
     if (!metrics_) throw std::runtime_error(path.string() + ": cannot open for appending");
+    path = dir_ / "run.log";
+    run_log_ = std::fopen(path.c_str(), "a");
+    if (!run_log_) throw std::runtime_error(path.string() + ": cannot open for appending");
   }
 }
 
 RunLog::~RunLog() {
   if (metrics_) std::fclose(metrics_);
+  if (run_log_) std::fclose(run_log_);
+}
+
+std::filesystem::path RunLog::file() const { return dir_.empty() ? dir_ : dir_ / "run.log"; }
+
+void RunLog::append_locked(const std::string& line) {
+  if (!run_log_) return;
+  std::fputs(line.c_str(), run_log_);
+  std::fputc('\n', run_log_);
+  std::fflush(run_log_);
+}
+
+void RunLog::write_stream_locked(int stream, const std::string& line) {
+  if (!stream_ok_[stream]) return;
+  std::FILE* f = stream == 1 ? stdout : stderr;
+  errno = 0;
+  // stdio, not iostreams: the failure and its errno come back (std::cout shares stdout's buffer).
+  const bool ok = std::fwrite(line.data(), 1, line.size(), f) == line.size() && std::fputc('\n', f) != EOF &&
+                  std::fflush(f) == 0;
+  if (!ok) output_lost_locked(stream, errno);
+}
+
+void RunLog::output_lost_locked(int stream, int err) {
+  if (stream != 1 && stream != 2) return;
+  if (!stream_ok_[stream]) return;
+  stream_ok_[stream] = false;
+  std::clearerr(stream == 1 ? stdout : stderr);
+  const std::string what = stream == 1 ? "standard output" : "standard error";
+  const std::string why = err ? std::string(std::strerror(err)) : std::string("write failed");
+  std::string note = "pipeline run: " + what + " is gone (" + why + "): printing to it stopped; the run goes on";
+  if (run_log_) note += ", and " + (dir_ / "run.log").string() + " keeps every line";
+  append_locked(note);
+  const int other = stream == 1 ? 2 : 1;
+  if (print_ && stream_ok_[other]) write_stream_locked(other, note);
+}
+
+void RunLog::output_lost(int stream, int err) {
+  std::lock_guard<std::mutex> lock(mu_);
+  output_lost_locked(stream, err);
+}
+
+bool RunLog::stream_ok(int stream) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stream >= 1 && stream <= 2 && stream_ok_[stream];
 }
 
 void RunLog::print(const std::string& line) {
-  if (!print_) return;
   std::lock_guard<std::mutex> lock(mu_);
-  if (printer_) {
+  append_locked(line);
+  if (!print_) return;
+  if (printer_)
     printer_(line);
-  } else {
-    std::cout << line << "\n" << std::flush;
-  }
+  else
+    write_stream_locked(1, line);
+}
+
+void RunLog::error(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  append_locked(line);
+  if (print_) write_stream_locked(2, line);
 }
 
 void RunLog::metric(const std::string& json) {

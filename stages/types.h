@@ -143,29 +143,52 @@ struct StepResult {
 /// averaged; returns the time waited (zero on one CPU process).
 std::chrono::nanoseconds wait_ready(const StepResult& r);
 
-/// Serialized writes of progress lines and metrics from several stages.
+/// Serialized writes of progress lines and metrics from several stages, and the run directory's
+/// own log: RUN_DIR/run.log holds every line printed (and every error line), so that what a
+/// terminal or a pipe lost is still there, the resume command included.
+///
+/// A write to stdout or stderr that fails (EPIPE from a pipe whose reader exited, EIO from a
+/// closed terminal) stops the printing to that stream, never the run: run.log notes it once,
+/// and so does the other stream while it works.
 class RunLog {
  public:
-  /// An empty run_dir writes no metrics.jsonl; print = false prints nothing (data-parallel ranks
-  /// other than 0, which train without speaking).
+  /// An empty run_dir writes no metrics.jsonl and no run.log; print = false prints nothing
+  /// (data-parallel ranks other than 0, which train without speaking).
   explicit RunLog(std::filesystem::path run_dir, bool print = true);
   ~RunLog();
   RunLog(const RunLog&) = delete;
   RunLog& operator=(const RunLog&) = delete;
-  /// Prints a line on stdout (through the live view's hook when one is installed).
+  /// Prints a line on stdout (through the live view's hook when one is installed) and appends
+  /// it to run.log.
   void print(const std::string& line);
+  /// Prints a line on stderr (errors, and what a run must say even when stdout is gone) and
+  /// appends it to run.log.
+  void error(const std::string& line);
   /// Appends one JSON object line to metrics.jsonl, and hands it to the metric listener.
   void metric(const std::string& json);
   void set_printer(std::function<void(const std::string&)> p);
   /// Receives every metrics line after it is written (the TensorBoard log), under the log's lock.
   void set_metric_listener(std::function<void(const std::string&)> l);
+  /// A write to `stream` (1: stdout, 2: stderr) failed with errno `err`, here or in another
+  /// writer (the live view): printing to it stops, and run.log says so once.
+  void output_lost(int stream, int err);
+  /// False once a write to stdout (1) or stderr (2) failed.
+  bool stream_ok(int stream) const;
+  /// RUN_DIR/run.log (empty when the run has no directory).
+  std::filesystem::path file() const;
 
  private:
-  std::mutex mu_;
+  void write_stream_locked(int stream, const std::string& line);
+  void output_lost_locked(int stream, int err);
+  void append_locked(const std::string& line);
+
+  mutable std::mutex mu_;
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;
+  std::FILE* run_log_ = nullptr;
   std::function<void(const std::string&)> printer_, listener_;
   bool print_ = true;
+  bool stream_ok_[3] = {true, true, true};
 };
 
 class DataParallel;
@@ -182,6 +205,9 @@ struct RunContext {
   std::shared_ptr<RunLog> log;
   std::atomic<bool> input_done{false};   // train has all it needs: sources stop producing
   std::atomic<int64_t> last_step{0};     // steps completed, for the final message
+  /// Checkpoints asked for while training (SIGUSR1): train writes one at its next step when
+  /// this count is past the requests it served.
+  std::atomic<int64_t> checkpoint_requests{0};
   std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
   std::mutex mu;
   // Data parallel (launched by torchrun): this rank's share of the data and the group. Without

@@ -1,6 +1,7 @@
 // `pipeline run CONFIG`: trains as the config's graph of stages says, with the live stage view,
 // stats and trace in the run directory, Ctrl-C handling and --resume. Under torchrun, each process
 // is one data-parallel rank (runner/data_parallel.h); rank 0 speaks and writes for the run.
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "runner/rank_session.h"
 #include "runner/rank_stats.h"
 #include "runner/run_setup.h"
+#include "runner/signals.h"
 #include "runner/tensorboard_log.h"
 
 namespace pipeline::cli {
@@ -35,14 +37,15 @@ int64_t checkpoint_step(const std::string& path) {
 }
 
 // Removes a run directory this command created if nothing was written into it but the
-// resolved config and an empty metrics.jsonl.
+// resolved config, an empty metrics.jsonl and an empty run.log.
 void remove_unused_run_dir(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (dir.empty() || !fs::is_directory(dir, ec)) return;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     auto name = e.path().filename().string();
-    if (name == "config.toml" || (name == "metrics.jsonl" && fs::file_size(e.path(), ec) == 0)) continue;
+    if (name == "config.toml" || ((name == "metrics.jsonl" || name == "run.log") && fs::file_size(e.path(), ec) == 0))
+      continue;
     return;  // something else is there: keep it
   }
   fs::remove_all(dir, ec);
@@ -107,7 +110,16 @@ std::string resume_command(const stages::RunContext& ctx) {
          " ranks, as before)";
 }
 
+// The last checkpoint written (or resumed from), "" when none.
+std::string last_checkpoint(stages::RunContext& ctx) {
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  return ctx.checkpoint_written;
+}
+
 int run_main(const std::vector<std::string>& args) {
+  // First of all: from here on a signal never costs the checkpoint, and a closed pipe or terminal
+  // never ends the run (runner/signals.h). It outlives every line this command prints.
+  stages::RunSignals signals;
   auto a = parse_run_args(args, "run");
   auto plan = stages::plan_run(a.req);
   auto& ctx = *plan.ctx;
@@ -122,7 +134,7 @@ int run_main(const std::vector<std::string>& args) {
   graph::EngineOptions opts = stages::engine_options(ctx);
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
-  // holds so far (config.toml, an empty metrics.jsonl) is removed again.
+  // holds so far (config.toml, an empty metrics.jsonl and run.log) is removed again.
   std::unique_ptr<graph::Engine> engine_ptr;
   try {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
@@ -141,33 +153,50 @@ int run_main(const std::vector<std::string>& args) {
             : live == "off"  ? graph::LiveViewOptions::Mode::off
                              : graph::LiveViewOptions::Mode::automatic;
   if (!ctx.writer()) vo.mode = graph::LiveViewOptions::Mode::off;
+  vo.on_write_error = [log = ctx.log](int err) { log->output_lost(2, err); };
   bool screen = vo.mode == graph::LiveViewOptions::Mode::tty ||
                 (vo.mode == graph::LiveViewOptions::Mode::automatic && isatty(STDERR_FILENO));
   graph::LiveView view(engine, std::cerr, vo);
   if (screen) {
     // The screen is redrawn in place: progress lines become its status line instead of
-    // scrolling it away (every line is also in metrics.jsonl).
+    // scrolling it away (every line is also in metrics.jsonl and run.log).
     ctx.log->set_printer([&view](const std::string& line) { view.set_status(line); });
   }
 
   bool failed = false;
   std::string failure;
-  std::optional<stages::RankSession> rank;  // several ranks: signals, peer failures, statistics
-  {
-    std::optional<graph::SigintGuard> sigint;
-    if (ctx.dp)
-      rank.emplace(ctx, engine);
-    else
-      sigint.emplace(engine);
-    try {
-      engine.run();
-    } catch (const std::exception& e) {
-      failed = true;
-      failure = rank ? rank->explain(e.what()) : e.what();
-    }
+  std::optional<stages::RankSession> rank;  // several ranks: stopping together, peer failures, statistics
+  if (ctx.dp) rank.emplace(ctx, engine);
+  // One path for a stop, whether one process or one rank of several: the first signal stops after
+  // the current step with a checkpoint (several ranks agree on the step first), a second aborts.
+  signals.bind({.stop =
+                    [&](int sig) {
+                      ctx.log->error("pipeline run: " + stages::RunSignals::name(sig) +
+                                     ": stopping after the current step, with a checkpoint (a second signal "
+                                     "stops at once)");
+                      if (rank)
+                        rank->request_stop();
+                      else
+                        engine.stop();
+                    },
+                .abort =
+                    [&](int sig) {
+                      if (rank)
+                        rank->abort(128 + sig);
+                      else
+                        engine.abort();
+                    },
+                .checkpoint = [&] { ctx.checkpoint_requests.fetch_add(1); }});
+  try {
+    engine.run();
+  } catch (const std::exception& e) {
+    failed = true;
+    failure = rank ? rank->explain(e.what()) : e.what();
   }
+  signals.unbind();  // the engine and the session they act on are done
   ctx.log->set_printer(nullptr);
   auto snap = engine.final_snapshot();
+  const std::string who = rank ? " (" + rank->prefix() + ")" : "";
   if (rank) {
     rank->finished(failed ? failure : "", snap);
     if (failed) {
@@ -179,17 +208,16 @@ int run_main(const std::vector<std::string>& args) {
         graph::print_summary(std::cout, stages::rank_rows(merged), stages::analyze_ranks(merged));
       }
       std::cout.flush();
-      std::cerr << "pipeline run (" << rank->prefix() << "): error: " << failure << "\n";
-      std::string last;
-      {
-        std::lock_guard<std::mutex> lock(ctx.mu);
-        last = ctx.checkpoint_written;
-      }
-      if (!last.empty()) std::cerr << "last checkpoint: " << last << " (continue with: " << resume_command(ctx) << ")\n";
+      ctx.log->error("pipeline run" + who + ": error: " + failure);
+      const std::string last = last_checkpoint(ctx);
+      if (!last.empty()) ctx.log->error("last checkpoint: " + last + " (continue with: " + resume_command(ctx) + ")");
       std::cerr.flush();
       std::_Exit(1);
     }
-    if (!ctx.writer()) return ctx.dp->stopped_early() == stages::DataParallel::EarlyStop::requested ? 130 : 0;
+    if (!ctx.writer()) {
+      if (ctx.dp->stopped_early() != stages::DataParallel::EarlyStop::requested) return 0;
+      return 128 + (signals.stop_signal() ? signals.stop_signal() : SIGINT);
+    }
     snap = rank->merged(snap);
     rank->wait_for_others();
   }
@@ -198,49 +226,52 @@ int run_main(const std::vector<std::string>& args) {
     write_file_atomic(ctx.run_dir / "stats_summary.json", graph::to_json(snap, &verdict) + "\n");
   std::cout << "\n";
   graph::print_summary(std::cout, stages::rank_rows(snap), verdict);
+  std::cout.flush();
 
+  // What the run ends with goes to run.log too: the resume command survives a terminal or a pipe
+  // that is gone.
   const int64_t done = ctx.last_step.load();
-  std::string ckpt;
-  {
-    std::lock_guard<std::mutex> lock(ctx.mu);
-    ckpt = ctx.checkpoint_written;
-  }
+  const std::string ckpt = last_checkpoint(ctx);
   if (failed) {
-    std::cerr << "pipeline run" << (rank ? " (" + rank->prefix() + ")" : "") << ": error: " << failure << "\n";
-    if (!ckpt.empty()) std::cerr << "last checkpoint: " << ckpt << " (continue with: pipeline run --resume " << ctx.run_dir.string() << ")\n";
+    ctx.log->error("pipeline run" + who + ": error: " + failure);
+    if (!ckpt.empty()) ctx.log->error("last checkpoint: " + ckpt + " (continue with: " + resume_command(ctx) + ")");
     return 1;
   }
   const auto early = ctx.dp ? ctx.dp->stopped_early() : stages::DataParallel::EarlyStop::none;
   const bool interrupted = engine.stop_requested() || early == stages::DataParallel::EarlyStop::requested;
+  const int sig = signals.stop_signal() ? signals.stop_signal() : SIGINT;
   if (interrupted || done < ctx.cfg.training.steps) {
-    std::cout << "stopped at step " << done << " of " << ctx.cfg.training.steps;
-    if (early == stages::DataParallel::EarlyStop::out_of_data) std::cout << " (a rank ran out of data)";
-    if (ctx.dp) std::cout << " on all " << ctx.dp->size() << " ranks";
-    std::cout << ".";
+    std::string line = (interrupted && signals.stop_signal() ? stages::RunSignals::name(sig) + ": " : std::string()) +
+                       "stopped at step " + std::to_string(done) + " of " + std::to_string(ctx.cfg.training.steps);
+    if (early == stages::DataParallel::EarlyStop::out_of_data) line += " (a rank ran out of data)";
+    if (ctx.dp) line += " on all " + std::to_string(ctx.dp->size()) + " ranks";
+    line += ".";
     const int64_t saved = ckpt.empty() ? -1 : checkpoint_step(ckpt);
     if (ctx.cfg.checkpoint.at_end && done > ctx.start_step && saved != done) {
-      // The drain was cut short (a second Ctrl-C): the final snapshot never reached the disk.
-      std::cout << "\n";
-      std::cerr << "pipeline run: error: the final checkpoint (step " << done
-                << ") was not written: the run was aborted before it could be (" << snap.status << ")";
+      // The drain was cut short (a second signal): the final snapshot never reached the disk.
+      ctx.log->print(line);
+      std::string err = "pipeline run: error: the final checkpoint (step " + std::to_string(done) +
+                        ") was not written: the run was aborted before it could be (" + snap.status + ")";
       if (saved >= 0)
-        std::cerr << "; the newest checkpoint is " << ckpt << " (step " << saved << "): " << resume_command(ctx)
-                  << " repeats steps " << saved + 1 << ".." << done;
-      std::cerr << "\n";
+        err += "; the newest checkpoint is " + ckpt + " (step " + std::to_string(saved) + "): " + resume_command(ctx) +
+               " repeats steps " + std::to_string(saved + 1) + ".." + std::to_string(done);
+      ctx.log->error(err);
       return 1;
     }
-    if (!ckpt.empty())
-      std::cout << " Checkpoint " << ckpt << ".\nContinue with: " << resume_command(ctx)
-                << "   (it reads the run's own config.toml, --set overrides included)\n";
-    else
-      std::cout << " No checkpoint was written.\n";
-    return interrupted ? 130 : 0;
+    if (!ckpt.empty()) {
+      ctx.log->print(line + " Checkpoint " + ckpt + ".");
+      ctx.log->print("Continue with: " + resume_command(ctx) +
+                     "   (it reads the run's own config.toml, --set overrides included)");
+    } else {
+      ctx.log->print(line + " No checkpoint was written.");
+    }
+    return interrupted ? 128 + sig : 0;
   }
-  std::cout << "done: " << done << " steps";
-  if (!ckpt.empty()) std::cout << "; checkpoint " << ckpt;
+  std::string line = "done: " + std::to_string(done) + " steps";
+  if (!ckpt.empty()) line += "; checkpoint " + ckpt;
+  ctx.log->print(line);
   if (!ctx.run_dir.empty())
-    std::cout << "\nrun directory: " << ctx.run_dir.string() << " (pipeline stats " << ctx.run_dir.string() << ")";
-  std::cout << "\n";
+    ctx.log->print("run directory: " + ctx.run_dir.string() + " (pipeline stats " + ctx.run_dir.string() + ")");
   return 0;
 }
 
@@ -261,11 +292,13 @@ PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
                   "--set overrides any key with the same names and checks as the file, e.g.\n"
                   "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
                   "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
-                  "Ctrl-C finishes the current step, writes a checkpoint and exits; a second Ctrl-C exits at once.\n"
+                  "Ctrl-C, SIGTERM or SIGHUP finishes the current step, writes a checkpoint and exits with 128 + the\n"
+                  "signal's number (130, 143, 129); a second signal exits at once. SIGUSR1 writes a checkpoint at\n"
+                  "the next step and trains on. A closed pipe or terminal stops the printing, never the run.\n"
                   "Under torchrun (torchrun --no-python --nproc-per-node=N build/tools/pipeline run CONFIG), each\n"
                   "process is one data-parallel rank: see the README's \"Many GPUs and machines\".\n"
-                  "The run directory holds config.toml, metrics.jsonl, stats.jsonl, stats_summary.json,\n"
-                  "trace.json (open in ui.perfetto.dev) and checkpoints/.",
+                  "The run directory holds config.toml, run.log (every line printed), metrics.jsonl, stats.jsonl,\n"
+                  "stats_summary.json, trace.json (open in ui.perfetto.dev) and checkpoints/.",
                   &run_main});
 
 PIPELINE_COMMAND({"check", "validate a config and print every resolved setting",

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -94,7 +95,17 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
   return os.str();
 }
 
+bool LiveView::stream_ok() {
+  if (lost_) return false;
+  if (os_) return true;
+  lost_ = true;
+  const int err = errno;  // set by the write that failed
+  if (opts_.on_write_error) opts_.on_write_error(err);
+  return false;
+}
+
 void LiveView::on_snapshot(const Snapshot& s) {
+  if (lost_) return;
   if (!s.events.empty()) {
     std::lock_guard lock(mu_);
     for (const auto& e : s.events) recent_.push_back(e);
@@ -108,6 +119,7 @@ void LiveView::on_snapshot(const Snapshot& s) {
       os_ << buf << e.kind << ": " << e.text << "\n";
     }
     os_ << std::flush;
+    if (!stream_ok()) return;
   }
   if (!tty_ && !s.finished && s.t_s - last_line_t_ < opts_.line_interval_s) return;  // not due: skip the render
   std::string text = render(s, tty_);
@@ -122,6 +134,7 @@ void LiveView::on_snapshot(const Snapshot& s) {
     last_line_t_ = s.t_s;
     os_ << text << std::flush;
   }
+  stream_ok();
 }
 
 }  // namespace pipeline::graph

@@ -3,6 +3,7 @@
 // one compact line per report. It renders from the engine's monitor thread, off the hot path.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <mutex>
 #include <string>
@@ -20,6 +21,9 @@ struct LiveViewOptions {
   /// Line mode (not a terminal: logs, CI): seconds between lines, so a long run's log stays
   /// readable. The final snapshot is always printed.
   double line_interval_s = 10.0;
+  /// Called once, with errno, when a write to the stream fails (a closed pipe or terminal): the
+  /// view stops writing then, and the run goes on.
+  std::function<void(int err)> on_write_error = {};
 };
 
 class LiveView {
@@ -33,10 +37,13 @@ class LiveView {
 
  private:
   void on_snapshot(const Snapshot& s);
+  /// False (and the error reported) once the stream failed.
+  bool stream_ok();
   std::ostream& os_;
   LiveViewOptions opts_;
   bool tty_ = false;
   int lines_drawn_ = 0;
+  bool lost_ = false;  // the stream failed: nothing more is written
   double last_line_t_ = -1e300;
   mutable std::mutex mu_;
   std::string status_;
