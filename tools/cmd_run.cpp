@@ -171,13 +171,14 @@ int run_main(const std::vector<std::string>& args) {
   // the current step with a checkpoint (several ranks agree on the step first), a second aborts.
   signals.bind({.stop =
                     [&](int sig) {
-                      ctx.log->error("pipeline run: " + stages::RunSignals::name(sig) +
-                                     ": stopping after the current step, with a checkpoint (a second signal "
-                                     "stops at once)");
                       if (rank)
                         rank->request_stop();
                       else
                         engine.stop();
+                      // After the request: a write that blocks (a full pipe) must not hold the stop back.
+                      ctx.log->error("pipeline run: " + stages::RunSignals::name(sig) +
+                                     ": stopping after the current step, with a checkpoint (a second signal "
+                                     "stops at once)");
                     },
                 .abort =
                     [&](int sig) {
