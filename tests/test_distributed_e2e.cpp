@@ -88,21 +88,6 @@ Launch spawn(const std::vector<std::string>& argv, const fs::path& log) {
   return l;
 }
 
-// The exit code, or -1 when it is still running after `timeout` (it is then killed).
-int wait_for(const Launch& l, std::chrono::seconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (waitpid(l.pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(l.pid, SIGKILL);
-      waitpid(l.pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 Launch torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log) {
   std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=2", "--no-python", PIPELINE_EXE, "run"};
   if (resume) argv.push_back("--resume");
@@ -112,7 +97,7 @@ Launch torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::
 }
 
 int run_torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log) {
-  int code = wait_for(torchrun(cfg_or_dir, resume, sets, log), std::chrono::seconds(240));
+  int code = test_util::wait_exit(torchrun(cfg_or_dir, resume, sets, log).pid, std::chrono::seconds(240));
   INFO("torchrun output:\n" << test_util::read_file(log));
   REQUIRE(code == 0);
   return code;
@@ -204,7 +189,7 @@ struct Fixture {
     std::vector<std::string> argv = {PIPELINE_EXE, "run", cfg.string()};
     for (const auto& s : one_sets) argv.insert(argv.end(), {"--set", s});
     auto l = spawn(argv, root / "one.log");
-    int code = wait_for(l, std::chrono::seconds(240));
+    int code = test_util::wait_exit(l.pid, std::chrono::seconds(240));
     INFO(test_util::read_file(root / "one.log"));
     REQUIRE(code == 0);
     one = root / "one";
@@ -273,7 +258,7 @@ TEST_CASE("a killed rank is named by the other, which exits; a resume continues 
   REQUIRE(victim > 0);
   auto killed_at = std::chrono::steady_clock::now();
   kill(victim, SIGKILL);
-  int code = wait_for(l, std::chrono::seconds(60));
+  int code = test_util::wait_exit(l.pid, std::chrono::seconds(60));
   auto took = std::chrono::steady_clock::now() - killed_at;
   auto log = test_util::read_file(f.root / "killed.log");
   INFO(log);
@@ -308,7 +293,7 @@ TEST_CASE("Ctrl-C on torchrun stops every rank after the same step, with a check
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE_MESSAGE(read_losses(f.root / "stopped").count(2) == 1, test_util::read_file(f.root / "stopped.log"));
   kill(l.pid, SIGINT);
-  int code = wait_for(l, std::chrono::seconds(60));
+  int code = test_util::wait_exit(l.pid, std::chrono::seconds(60));
   auto log = test_util::read_file(f.root / "stopped.log");
   INFO(log);
   CHECK(code != -1);

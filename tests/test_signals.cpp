@@ -92,22 +92,6 @@ Proc start(const std::vector<std::string>& argv, const fs::path& out_log, const 
   return p;
 }
 
-// Its exit code (128 + N when killed by signal N), or -1 when it is still running after `limit`
-// (it is then killed).
-int wait_exit(const Proc& p, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (waitpid(p.pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(p.pid, SIGKILL);
-      waitpid(p.pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 // step -> loss as logged (%.9g: exact for fp32); a resumed run's lines replace the earlier ones.
 std::map<int, std::string> losses(const fs::path& run_dir) {
   std::map<int, std::string> out;
@@ -152,7 +136,7 @@ const fs::path& reference() {
     auto root = test_util::fresh_dir("signals", "reference");
     auto run_dir = root / "r";
     auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
-    const int code = wait_exit(p, std::chrono::seconds(300));
+    const int code = test_util::wait_exit(p.pid, std::chrono::seconds(300));
     INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
     REQUIRE(code == 0);
     REQUIRE(losses(run_dir).size() == static_cast<size_t>(kSteps));
@@ -166,7 +150,7 @@ const fs::path& reference() {
 void resume_exactly(const fs::path& run_dir, int from) {
   const auto root = run_dir.parent_path();
   auto p = start(resume_args(run_dir), root / "resumed.out", root / "resumed.err");
-  const int code = wait_exit(p, std::chrono::seconds(300));
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(300));
   const auto out = test_util::read_file(root / "resumed.out");
   INFO(out << test_util::read_file(root / "resumed.err"));
   REQUIRE(code == 0);
@@ -186,7 +170,7 @@ int stop_with(int sig, const std::string& name, const fs::path& root) {
   auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
   REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
   REQUIRE(kill(p.pid, sig) == 0);
-  const int code = wait_exit(p, std::chrono::seconds(120));
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
   const auto out = test_util::read_file(root / "out.log"), err = test_util::read_file(root / "err.log");
   INFO(out << err);
   CHECK(code == 128 + sig);
@@ -228,7 +212,7 @@ TEST_CASE("SIGUSR1 writes a checkpoint at the next step and training goes on; it
   auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
   REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
   REQUIRE(kill(p.pid, SIGUSR1) == 0);
-  const int code = wait_exit(p, std::chrono::seconds(180));
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(180));
   const auto out = test_util::read_file(root / "out.log");
   INFO(out << test_util::read_file(root / "err.log"));
   REQUIRE(code == 0);
@@ -260,7 +244,7 @@ TEST_CASE("a pipe whose reader exits stops the printing, not the run; Ctrl-C the
   // Training goes on past the lines that can no longer be printed.
   REQUIRE_MESSAGE(wait_for_step(p, run_dir, 5), test_util::read_file(root / "err.log"));
   REQUIRE(kill(p.pid, SIGINT) == 0);
-  const int code = wait_exit(p, std::chrono::seconds(120));
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
   const auto err = test_util::read_file(root / "err.log");
   INFO(err);
   CHECK(code == 128 + SIGINT);
