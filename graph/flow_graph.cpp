@@ -99,13 +99,14 @@ void FlowGraph::build_stage(StageRt& st) {
   st.inbuf = std::make_unique<Buffer>(g_);
   if (st.renumber_input) {
     // Merged inputs get one dense sequence, in arrival order, for the sequencer downstream.
-    st.renumber = std::make_unique<flow::function_node<Packet, Packet>>(g_, flow::serial, [&st](const Packet& p) {
+    // (RenumberNode, runtime.h: the put happens inside the serial body, so numbers arrive in order.)
+    st.renumber = std::make_unique<RenumberNode>(g_, flow::serial, [&st](const Packet& p, auto& ports) {
       Packet q = p;
       q.seq = st.input_seq.fetch_add(1, std::memory_order_relaxed);
       if (q.kind == Packet::Kind::item) q.item.set_seq(q.seq);
-      return q;
+      std::get<0>(ports).try_put(q);
     });
-    flow::make_edge(*st.renumber, *st.inbuf);
+    flow::make_edge(flow::output_port<0>(*st.renumber), *st.inbuf);
   }
   if (st.ordered_commit) {
     st.sequencer = std::make_unique<Sequencer>(g_, [](const Packet& p) { return static_cast<size_t>(p.seq); });

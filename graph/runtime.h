@@ -72,6 +72,12 @@ using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
 using SourceRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing>;
 using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
 using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
+// Numbers a merging stage's inputs in the order they enter its input buffer. A multifunction
+// node, because it puts inside its body: a serial function_node lets the next body start
+// before the previous output has been put (oneTBB spawns the postponed task first), so its
+// outputs can overtake each other, and a packet admitted ahead of a smaller number could fill
+// the edge behind the sequencer while the smaller one waits for a credit: a deadlock.
+using RenumberNode = flow::multifunction_node<Packet, std::tuple<Packet>>;
 using AsyncNode = flow::async_node<Packet, Packet>;
 using Gateway = AsyncNode::gateway_type;
 using Limiter = flow::limiter_node<Packet, long long>;
@@ -189,7 +195,7 @@ struct StageRt {
 
   // Nodes (flow_build.cpp).
   std::unique_ptr<Buffer> inbuf;
-  std::unique_ptr<flow::function_node<Packet, Packet>> renumber;
+  std::unique_ptr<RenumberNode> renumber;
   Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers` (a source: 1)
   Credits resources;     // the pool's gate, when the stage has a ResourcePool
   std::unique_ptr<Source> source;
