@@ -1,7 +1,6 @@
-// Hugging Face GPT-2 directories: config.json both ways, weights both ways (see hf_gpt2.h).
+// Hugging Face GPT-2 directories: config.json written (read: hf_config.cpp), weights both ways (see hf_gpt2.h).
 #include "model/hf_gpt2.h"
 
-#include <cmath>
 #include <fstream>
 #include <functional>
 #include <memory>

@@ -524,7 +524,7 @@ TEST_CASE("a stage type declared apart from its implementation validates, and bu
   CHECK(find_stage_type("test_halves_source")->output.type == std::type_index(typeid(Halves)));
   Engine e(g);
   with_timeout([&] { e.run(); });
-  CHECK(g_halves_seen == 1 + 2 + 3 + 4);
+  CHECK(g_halves_seen.load() == 1 + 2 + 3 + 4);
 
   // Errors are the program's: a second implementation, a port name bound to another C++ type, an
   // implementation whose ports disagree with the declaration.

@@ -41,7 +41,7 @@ std::function<int(const std::vector<std::string>&)> in_torch_half(const char* na
 }
 
 PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
-                                    "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
+                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
                   "       pipeline run --resume RUN_DIR\n\n"
                   "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
                   "--set overrides any key with the same names and checks as the file, e.g.\n"
@@ -55,7 +55,7 @@ PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
                   in_torch_half("run")});
 
 PIPELINE_COMMAND({"generate", "print a continuation of a prompt from a checkpoint",
-                                    "usage: pipeline generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
+                  "usage: pipeline generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
                   "                         [--top-k K] [--seed S]\n\n"
                   "PATH is a .ckpt file or a run directory (its newest checkpoint). Defaults: 200 tokens,\n"
                   "temperature 0.8 (0: greedy), top-k 40 (0: whole vocabulary), seed 1337.\n"
