@@ -502,14 +502,14 @@ TEST_CASE("a stage type declared apart from its implementation validates, and bu
   CHECK_NOTHROW(validate(g));  // ports, inputs and options, from the declarations alone
   GraphSpec wrong;
   wrong.add("src", "test_halves_source");
-  wrong.add("sink", "test_sink", {"src"});
+  wrong.add("sink", "test_ordered_sink", {"src"});
   std::string err;
   try {
     validate(wrong);
   } catch (const config::ConfigError& e) {
     err = e.what();
   }
-  CHECK(err.find("'sink' (type test_sink) takes port type 'int', but its input 'src' (type test_halves_source) "
+  CHECK(err.find("'sink' (type test_ordered_sink) takes port type 'int', but its input 'src' (type test_halves_source) "
                  "produces 'halves'") != std::string::npos);
   err.clear();
   try {
