@@ -17,7 +17,8 @@ command -v hyperfine >/dev/null || { echo "bench_startup.sh: needs hyperfine (ap
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-zstd -q -d -c "$ROOT/datasets/data/tinyshakespeare/tinyshakespeare.txt.zst" | head -c 10000 > "$WORK/small.txt"
+zstd -q -d -c "$ROOT/datasets/data/tinyshakespeare/tinyshakespeare.txt.zst" > "$WORK/all.txt"
+head -c 10000 "$WORK/all.txt" > "$WORK/small.txt"
 CONFIG=$ROOT/pipelines/gpt2.toml
 COMMANDS=("--version" "check $CONFIG" "tokenize $WORK/small.txt --out /dev/null")
 
