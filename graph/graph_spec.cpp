@@ -216,24 +216,23 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       rt.edges.push_back(std::move(e));
     }
     // Input type: every producer must match the declared input port (or each other for `any`).
+    // Ports match by name (a name stands for one C++ type), so a graph of types that are only
+    // declared here, their code not linked in, is checked as fully as one that can run.
     std::type_index in_type = typeid(void);
     std::string in_port;
     for (EdgeRt* e : st.inputs) {
       const StageRt& pr = *rt.stages[e->producer];
-      if (!st.type->input.any() && pr.out_type != std::type_index(typeid(void)) && pr.out_type != st.type->input.type)
+      if (pr.out_port == "any") continue;  // a pass-through fed by nothing typed yet
+      if (!st.type->input.any() && pr.out_port != st.type->input.name)
         throw config::ConfigError(where(spec, st.spec) + " input: stage '" + st.spec.name + "' (type " + st.type->name +
-                                  ") takes port type '" + st.type->input.name + "' (" +
-                                  type_name_of(st.type->input.type) + "), but its input '" + pr.spec.name + "' (type " +
-                                  pr.type->name + ") produces '" + pr.out_port + "' (" + type_name_of(pr.out_type) + ")");
-      if (in_type != std::type_index(typeid(void)) && pr.out_type != std::type_index(typeid(void)) &&
-          pr.out_type != in_type)
+                                  ") takes port type '" + st.type->input.name + "', but its input '" + pr.spec.name +
+                                  "' (type " + pr.type->name + ") produces '" + pr.out_port + "'");
+      if (!in_port.empty() && pr.out_port != in_port)
         throw config::ConfigError(where(spec, st.spec) + " input: the inputs of '" + st.spec.name +
                                   "' carry different types: '" + in_port + "' and '" + pr.out_port + "' (from '" +
                                   pr.spec.name + "')");
-      if (pr.out_type != std::type_index(typeid(void))) {
-        in_type = pr.out_type;
-        in_port = pr.out_port;
-      }
+      in_type = pr.out_type;
+      in_port = pr.out_port;
     }
     if (st.type->output.any()) {
       st.out_type = in_type;
@@ -326,6 +325,12 @@ void resolve_graph(Runtime& rt, bool instantiate) {
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
     StageContext ctx{st.spec.name, st.type->name, st.max_workers, st.options};
+    if (!st.type->factory)
+      throw StageError(st.spec.name,
+                       "building: stage type " + st.type->name +
+                           " is declared in this program but its implementation is not linked in (the training "
+                           "stages need LibTorch: `pipeline run` loads them)",
+                       nullptr);
     try {
       st.stage = st.type->factory(ctx);
       st.pool = st.stage->resource_pool();

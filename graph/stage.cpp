@@ -88,6 +88,8 @@ namespace {
 struct Registry {
   std::mutex mu;
   std::map<std::string, std::unique_ptr<StageType>> types;
+  std::map<std::string, StageImpl> pending;         // implementations registered before their declaration
+  std::map<std::string, std::type_index> port_types;  // port name -> the C++ type it carries
 };
 
 Registry& raw_registry() {
@@ -95,21 +97,88 @@ Registry& raw_registry() {
   return r;
 }
 
+// A port name stands for one C++ type across all stages: what lets ports connect by name.
+void check_port(const Registry& r, const std::string& stage, const PortType& p) {
+  if (p.none() || p.any() || p.type == std::type_index(typeid(void))) return;
+  auto it = r.port_types.find(p.name);
+  if (it != r.port_types.end() && it->second != p.type)
+    throw std::logic_error("stage type '" + stage + "': port '" + p.name + "' carries " + type_name_of(p.type) +
+                           ", but other stages' port '" + p.name + "' carries " + type_name_of(it->second));
+}
+
+void bind_port(Registry& r, const PortType& p) {
+  if (p.none() || p.any() || p.type == std::type_index(typeid(void))) return;
+  r.port_types.emplace(p.name, p.type);
+}
+
+// The declared port with the implementation's C++ type: none and any carry no type of their own.
+PortType implemented_port(const std::string& stage, const char* side, PortType p, std::type_index type) {
+  const bool typed = !p.none() && !p.any();
+  if (typed && type == std::type_index(typeid(void)))
+    throw std::logic_error("stage type '" + stage + "': the implementation gives no C++ type for the " + side +
+                           " port '" + p.name + "'");
+  if (!typed && type != std::type_index(typeid(void)))
+    throw std::logic_error("stage type '" + stage + "': the declaration has no typed " + side +
+                           " port, but the implementation gives " + type_name_of(type));
+  if (typed && p.type != std::type_index(typeid(void)) && p.type != type)
+    throw std::logic_error("stage type '" + stage + "': the " + side + " port '" + p.name + "' is declared as " +
+                           type_name_of(p.type) + " but implemented as " + type_name_of(type));
+  if (typed) p.type = type;
+  return p;
+}
+
+// Checks everything before changing anything: a refused implementation leaves the type as it was.
+void implement_locked(Registry& r, StageType& t, StageImpl impl) {
+  if (t.factory) throw std::logic_error("register_stage_impl: stage type '" + t.name + "' is implemented twice");
+  if (!impl.factory) throw std::logic_error("register_stage_impl: stage type '" + t.name + "' has no factory");
+  PortType in = implemented_port(t.name, "input", t.input, impl.input);
+  PortType out = implemented_port(t.name, "output", t.output, impl.output);
+  check_port(r, t.name, in);
+  check_port(r, t.name, out);
+  if (in.name == out.name && in.type != out.type)
+    throw std::logic_error("stage type '" + t.name + "': its input and output ports are both '" + in.name +
+                           "' but carry different C++ types");
+  bind_port(r, in);
+  bind_port(r, out);
+  t.input = std::move(in);
+  t.output = std::move(out);
+  t.accepts = std::move(impl.accepts);
+  t.factory = std::move(impl.factory);
+}
+
 void add(StageType t) {
   if (t.name.empty()) throw std::logic_error("register_stage_type: a stage type needs a name");
-  if (!t.factory) throw std::logic_error("register_stage_type: stage type '" + t.name + "' has no factory");
   if (t.own_thread && t.max_workers == 0) t.max_workers = 1;
   auto& r = raw_registry();
   std::lock_guard lock(r.mu);
   if (r.types.count(t.name)) throw std::logic_error("register_stage_type: stage type '" + t.name + "' registered twice");
-  std::string name = t.name;
-  r.types.emplace(std::move(name), std::make_unique<StageType>(std::move(t)));
+  check_port(r, t.name, t.input);
+  check_port(r, t.name, t.output);
+  if (!t.input.none() && t.input.name == t.output.name && t.input.type != t.output.type)
+    throw std::logic_error("stage type '" + t.name + "': its input and output ports are both '" + t.input.name +
+                           "' but carry different C++ types");
+  bind_port(r, t.input);
+  bind_port(r, t.output);
+  auto owned = std::make_unique<StageType>(std::move(t));
+  if (auto p = r.pending.find(owned->name); p != r.pending.end()) {
+    implement_locked(r, *owned, std::move(p->second));
+    r.pending.erase(p);
+  }
+  std::string name = owned->name;
+  r.types.emplace(std::move(name), std::move(owned));
 }
 
 Registry& registry() {
   static std::once_flag once;
   std::call_once(once, [] { register_builtin_stages(); });
   return raw_registry();
+}
+
+// An implementation whose declaration never came is a program error, reported on first lookup.
+void check_pending_locked(const Registry& r) {
+  if (r.pending.empty()) return;
+  throw std::logic_error("stage type '" + r.pending.begin()->first +
+                         "' has an implementation (PIPELINE_STAGE_IMPL) but no declaration (PIPELINE_STAGE_DECLARE)");
 }
 
 }  // namespace
@@ -121,9 +190,24 @@ void register_stage_type(StageType t) {
   add(std::move(t));
 }
 
+void register_stage_impl(StageImpl impl) {
+  auto& r = registry();
+  std::lock_guard lock(r.mu);
+  if (impl.name.empty()) throw std::logic_error("register_stage_impl: an implementation needs the type's name");
+  auto it = r.types.find(impl.name);
+  if (it != r.types.end()) {
+    implement_locked(r, *it->second, std::move(impl));
+    return;
+  }
+  std::string name = impl.name;
+  if (!r.pending.emplace(name, std::move(impl)).second)
+    throw std::logic_error("register_stage_impl: stage type '" + name + "' is implemented twice");
+}
+
 const StageType* find_stage_type(const std::string& name) {
   auto& r = registry();
   std::lock_guard lock(r.mu);
+  check_pending_locked(r);
   auto it = r.types.find(name);
   return it == r.types.end() ? nullptr : it->second.get();
 }
@@ -131,6 +215,7 @@ const StageType* find_stage_type(const std::string& name) {
 std::vector<const StageType*> stage_types() {
   auto& r = registry();
   std::lock_guard lock(r.mu);
+  check_pending_locked(r);
   std::vector<const StageType*> out;
   for (const auto& [name, t] : r.types) out.push_back(t.get());
   return out;

@@ -40,7 +40,8 @@ std::string type_name_of(const std::type_info& t);
 std::string type_name_of(std::type_index t);
 
 /// A port's type: a name users see in TOML errors and `pipeline stages`, plus the C++ type
-/// that flows through it. Ports connect when their C++ types are the same.
+/// that flows through it. Ports connect when their names are the same; the registry holds each
+/// name to one C++ type.
 struct PortType {
   std::string name;                        // "" = no port (sources have no input, sinks no output)
   std::type_index type = typeid(void);     // typeid(void) with name "any": pass-through
@@ -52,6 +53,9 @@ template <class T>
 PortType port(std::string name) {
   return PortType{std::move(name), std::type_index(typeid(T))};
 }
+/// A port named without its C++ type, for a stage type declared apart from its implementation
+/// (PIPELINE_STAGE_DECLARE): the implementation supplies the type (PIPELINE_STAGE_IMPL).
+inline PortType port(std::string name) { return PortType{std::move(name), std::type_index(typeid(void))}; }
 inline PortType no_port() { return PortType{}; }
 /// For pass-through stages (delay, spin): the output type is the input type, inferred per graph.
 inline PortType any_port() { return PortType{"any", std::type_index(typeid(void))}; }
@@ -250,7 +254,14 @@ enum class OnStop {
             // stages whose every output leads only to discarding stages
 };
 
-/// A registered stage type.
+/// A registered stage type. Ports connect by name; a port name stands for one C++ type across
+/// every registered stage (the registry checks it).
+///
+/// A type is registered whole (PIPELINE_STAGE), or in two halves: its declaration (name, doc,
+/// ports, options, rules; PIPELINE_STAGE_DECLARE) and its implementation (factory, routing filter,
+/// the ports' C++ types; PIPELINE_STAGE_IMPL). The halves let a program that only lists or checks
+/// graphs (`pipeline stages`, `check`, `graph`) know every type without linking the code behind it
+/// (the training stages need LibTorch); such a type validates in a GraphSpec but cannot be built.
 struct StageType {
   std::string name = {};
   std::string doc = {};
@@ -266,6 +277,15 @@ struct StageType {
   /// consumer does not want never enters its queue, so a consumer that only acts on some items
   /// (eval on steps that carry eval weights) never holds its producer back on the others.
   std::function<bool(const Item&)> accepts = {};
+  std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};  // empty: declared only
+};
+
+/// The implementation half of a stage type declared elsewhere (see StageType).
+struct StageImpl {
+  std::string name = {};
+  std::type_index input = typeid(void);   // C++ type of the declared input port (void: none, or any)
+  std::type_index output = typeid(void);  // likewise for the output port
+  std::function<bool(const Item&)> accepts = {};
   std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};
 };
 
@@ -274,8 +294,10 @@ std::function<std::unique_ptr<Stage>(const StageContext&)> make_factory() {
   return [](const StageContext& ctx) -> std::unique_ptr<Stage> { return std::make_unique<S>(ctx); };
 }
 
-/// Registry of stage types; registration happens at static-initialisation time.
+/// Registry of stage types; registration happens at static-initialisation time. A type without
+/// a factory is a declaration; its implementation may be registered before or after it.
 void register_stage_type(StageType type);
+void register_stage_impl(StageImpl impl);
 /// nullptr when unknown.
 const StageType* find_stage_type(const std::string& name);
 /// Every registered type, sorted by name (the built-ins delay, spin, test_* included).
@@ -286,6 +308,7 @@ const config::Schema& common_stage_schema();
 
 struct StageRegistrar {
   explicit StageRegistrar(StageType t) { register_stage_type(std::move(t)); }
+  explicit StageRegistrar(StageImpl i) { register_stage_impl(std::move(i)); }
 };
 
 }  // namespace pipeline::graph
@@ -295,3 +318,10 @@ struct StageRegistrar {
 /// Registers a stage type at static-initialisation time: PIPELINE_STAGE(ident, {StageType fields}).
 #define PIPELINE_STAGE(ident, ...) \
   static ::pipeline::graph::StageRegistrar PIPELINE_STAGE_CAT(pipeline_stage_, ident){::pipeline::graph::StageType __VA_ARGS__}
+/// A stage type's declaration without its implementation: PIPELINE_STAGE_DECLARE(ident, {StageType
+/// fields but factory and accepts; ports as graph::port("name")}).
+#define PIPELINE_STAGE_DECLARE(ident, ...) \
+  static ::pipeline::graph::StageRegistrar PIPELINE_STAGE_CAT(pipeline_stage_decl_, ident){::pipeline::graph::StageType __VA_ARGS__}
+/// The implementation of a declared stage type: PIPELINE_STAGE_IMPL(ident, {StageImpl fields}).
+#define PIPELINE_STAGE_IMPL(ident, ...) \
+  static ::pipeline::graph::StageRegistrar PIPELINE_STAGE_CAT(pipeline_stage_impl_, ident){::pipeline::graph::StageImpl __VA_ARGS__}

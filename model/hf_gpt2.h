@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "model/gpt2.h"
+#include "model/hf_config.h"
 #include "model/optim.h"
 
 namespace pipeline::model {
@@ -36,11 +37,6 @@ namespace pipeline::model {
 enum class HfDtype { f32, f16, bf16 };
 /// "fp32" | "fp16" | "bf16" (also "float32", "float16", "bfloat16"); throws std::invalid_argument.
 HfDtype parse_hf_dtype(const std::string& name);
-
-/// The model shape in DIR/config.json. Throws std::runtime_error naming the file and the key when
-/// it is not a GPT-2 this model computes exactly (model_type, activation, LayerNorm epsilon,
-/// untied head, inner width, attention scaling).
-GPTConfig read_hf_config(const std::filesystem::path& dir);
 
 /// The tensors `write_hf_model` writes for a model of shape `cfg`, in GPT2LMHeadModel's state_dict
 /// order: full names (`transformer.` prefix) and shapes in their layout (Conv1D weights (in, out),

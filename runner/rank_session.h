@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "graph/engine.h"
-#include "runner/rank_stats.h"
+#include "runner/rank_store.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

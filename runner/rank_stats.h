@@ -1,6 +1,7 @@
 // Every rank's stage statistics at rank 0. Ranks other than 0 publish their engine's snapshot in
-// the rendezvous store (about once a second, and a final one when their graph ends); rank 0 reads
-// them and merges them with its own into one Snapshot:
+// the rendezvous store (about once a second, and a final one when their graph ends; the store
+// side is runner/rank_store.h); rank 0 reads them and merges them with its own into one Snapshot.
+// This half is torch-free (`pipeline stats` shows a data-parallel run's summary with it):
 //   - merged: rank 0's stages and queues, then every other rank's stages, each row tagged with its
 //     rank (StageStats::rank). This is what stats_summary.json holds for a data-parallel run.
 //   - rank_rows(merged): what the summary table shows: rank 0's rows, plus one row per other rank
@@ -12,12 +13,9 @@
 //     bottleneck ("rank 1: tokenize: busy 100% with 1 worker; ...").
 #pragma once
 
-#include <chrono>
-#include <optional>
 #include <vector>
 
 #include "graph/observe/stats.h"
-#include "model/dist_group.h"
 
 namespace pipeline::stages {
 
@@ -27,21 +25,5 @@ graph::Snapshot merge_rank_snapshots(const std::vector<graph::Snapshot>& by_rank
 graph::Snapshot rank_rows(const graph::Snapshot& merged);
 /// The verdict for a merged snapshot; a single process's snapshot gets graph::analyze's.
 graph::Verdict analyze_ranks(const graph::Snapshot& merged);
-
-/// The store side.
-class RankStats {
- public:
-  explicit RankStats(dist::Group& group) : group_(group) {}
-  /// Ranks other than 0: the latest snapshot, or the final one when the graph has ended.
-  void publish(const graph::Snapshot& s, bool final);
-  /// Rank 0: `own` merged with the other ranks' latest published snapshots (never waits).
-  graph::Snapshot merged_latest(const graph::Snapshot& own);
-  /// Rank 0, at the end: `own` merged with every other rank's final snapshot, waiting up to
-  /// `timeout` for them; `missing` receives the ranks that sent none.
-  graph::Snapshot merged_final(const graph::Snapshot& own, std::chrono::milliseconds timeout, std::vector<int>* missing);
-
- private:
-  dist::Group& group_;
-};
 
 }  // namespace pipeline::stages

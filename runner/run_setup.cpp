@@ -8,7 +8,6 @@
 #include "base/json.h"
 #include "model/checkpoint.h"
 #include "model/dist_env.h"
-#include "model/hf_gpt2.h"
 #include "runner/data_parallel.h"
 
 namespace pipeline::stages {
@@ -22,91 +21,7 @@ std::vector<config::Section> RunPlan::sections() const {
   return out;
 }
 
-fs::path latest_checkpoint(const fs::path& run_dir) {
-  fs::path best;
-  auto dir = run_dir / "checkpoints";
-  if (!fs::is_directory(dir)) return best;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".ckpt" && (best.empty() || e.path().filename() > best.filename())) best = e.path();
-  return best;
-}
-
-fs::path checkpoint_file(const fs::path& file_or_run_dir) {
-  if (!fs::is_directory(file_or_run_dir)) return file_or_run_dir;
-  auto latest = latest_checkpoint(file_or_run_dir);
-  if (latest.empty())
-    throw std::runtime_error(file_or_run_dir.string() + ": no checkpoint in " + (file_or_run_dir / "checkpoints").string());
-  return latest;
-}
-
 namespace {
-
-const config::Section& run_section(const RunConfig& rc, const std::string& name) {
-  for (const auto& s : rc.sections)
-    if (s.name() == name) return s;
-  throw std::logic_error("run section [" + name + "] was not resolved");
-}
-
-// With init_from the shape is the Hugging Face model's: preset and vocab_size are not used, and
-// n_layer, n_head and n_embd, when set (non-zero), must agree with it (block_size may be smaller:
-// the position table is cropped for a shorter context).
-model::GPTConfig init_from_config(const RunConfig& rc) {
-  const auto& sec = run_section(rc, "model");
-  model::GPTConfig m;
-  try {
-    m = model::read_hf_config(rc.model.init_from);
-  } catch (const std::exception& e) {
-    throw sec.error("init_from", e.what());
-  }
-  const int64_t hf_block = m.block_size;
-  auto agree = [&](const char* key, int64_t set, int64_t hf) {
-    if (set != 0 && set != hf)
-      throw sec.error(key, std::to_string(set) + " disagrees with " + (rc.model.init_from / "config.json").string() +
-                               " (" + std::to_string(hf) + "); set it to 0 to take the model's");
-  };
-  agree("n_layer", rc.model.n_layer, m.n_layer);
-  agree("n_head", rc.model.n_head, m.n_head);
-  agree("n_embd", rc.model.n_embd, m.n_embd);
-  if (rc.model.block_size) {
-    if (rc.model.block_size > hf_block)
-      throw sec.error("block_size", std::to_string(rc.model.block_size) + " exceeds the n_positions " +
-                                        std::to_string(hf_block) + " of " + rc.model.init_from.string());
-    m.block_size = rc.model.block_size;
-  }
-  if (sec.was_set("bias") && !rc.model.bias)
-    throw sec.error("bias", "false, but a Hugging Face GPT-2 has biases");
-  m.dropout = rc.model.dropout;
-  return m;
-}
-
-model::GPTConfig model_config(const RunConfig& rc) {
-  model::GPTConfig m;
-  if (!rc.model.init_from.empty()) {
-    m = init_from_config(rc);
-  } else {
-    try {
-      m = model::GPTConfig::preset(rc.model.preset);
-    } catch (const std::exception& e) {
-      throw config::ConfigError(rc.file.string() + ": [model] preset: " + e.what());
-    }
-    if (rc.model.n_layer) m.n_layer = rc.model.n_layer;
-    if (rc.model.n_head) m.n_head = rc.model.n_head;
-    if (rc.model.n_embd) m.n_embd = rc.model.n_embd;
-    if (rc.model.block_size) m.block_size = rc.model.block_size;
-    m.with_vocab(rc.model.vocab_size);
-    m.dropout = rc.model.dropout;
-    m.bias = rc.model.bias;
-  }
-  try {
-    m.validate();
-  } catch (const std::exception& e) {
-    throw config::ConfigError(rc.file.string() + ": [model] " + e.what());
-  }
-  if (rc.training.seq_len > m.block_size)
-    throw config::ConfigError(rc.file.string() + ": [training] seq_len: " + std::to_string(rc.training.seq_len) +
-                              " exceeds the model's block_size " + std::to_string(m.block_size));
-  return m;
-}
 
 // Under torchrun, each rank on a machine takes the GPU numbered by its LOCAL_RANK.
 torch::Device pick_device(const RunConfig& rc, const std::optional<dist::LaunchEnv>& env) {
@@ -241,21 +156,15 @@ graph::EngineOptions engine_options(const RunContext& ctx) {
 }
 
 RunPlan plan_run(const RunRequest& req) {
+  ResolvedRun resolved = resolve_run(req);  // config, graph and model, before anything touches the disk
   RunPlan plan;
-  std::string cfg = req.config;
-  if (cfg.empty()) {
-    if (req.resume.empty()) throw std::invalid_argument("no config given");
-    cfg = (req.resume / "config.toml").string();  // the resolved config the run started with
-  }
-  plan.config_path = config::find_config(cfg, req.source_dir);
-  plan.doc = config::Document::load(plan.config_path, req.overrides);
+  plan.config_path = std::move(resolved.config_path);
+  plan.doc = std::move(resolved.doc);
+  plan.spec = std::move(resolved.spec);
   auto ctx = std::make_shared<RunContext>();
   plan.ctx = ctx;
-  ctx->cfg = resolve_run_config(plan.doc, req.source_dir);
-  plan.spec = graph::GraphSpec::from_config(plan.doc);
-  plan.doc.check_all_used();
-  graph::validate(plan.spec);  // the graph's structure, before anything touches the disk
-  ctx->model = model_config(ctx->cfg);
+  ctx->cfg = std::move(resolved.cfg);
+  ctx->model = resolved.model;
   const auto env = dist::launch_env();  // set by torchrun; none for one process
   ctx->device = pick_device(ctx->cfg, env);
   if (env && req.create_run_dir) join_ranks(plan, *env);

@@ -104,15 +104,11 @@ class Checkpoint : public graph::Stage {
   RunContext& rc_;
 };
 
-PIPELINE_STAGE(checkpoint, {.name = "checkpoint",
-                            .doc = "writes train's snapshots atomically to RUN_DIR/checkpoints, keeping the newest [checkpoint] keep",
-                            .input = graph::port<StepResult>("step"),
-                            .output = graph::no_port(),
-                            .own_thread = true,
-                            .ordered = true,
-                            .max_workers = 1,
-                            .accepts = [](const graph::Item& it) { return it.get<StepResult>().checkpoint != nullptr; },
-                            .factory = graph::make_factory<Checkpoint>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(checkpoint, {.name = "checkpoint",
+                                 .input = typeid(StepResult),
+                                 .accepts = [](const graph::Item& it) { return it.get<StepResult>().checkpoint != nullptr; },
+                                 .factory = graph::make_factory<Checkpoint>()});
 
 }  // namespace
 }  // namespace pipeline::stages

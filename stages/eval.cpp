@@ -181,15 +181,11 @@ class Eval : public graph::Stage {
   int64_t n_batches_ = 0;
 };
 
-PIPELINE_STAGE(eval, {.name = "eval",
-                      .doc = "validation loss on fixed batches and a generated sample, every [eval] every steps",
-                      .input = graph::port<StepResult>("step"),
-                      .output = graph::no_port(),
-                      .own_thread = true,
-                      .ordered = true,
-                      .max_workers = 1,
-                      .accepts = [](const graph::Item& it) { return it.get<StepResult>().eval != nullptr; },
-                      .factory = graph::make_factory<Eval>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(eval, {.name = "eval",
+                           .input = typeid(StepResult),
+                           .accepts = [](const graph::Item& it) { return it.get<StepResult>().eval != nullptr; },
+                           .factory = graph::make_factory<Eval>()});
 
 }  // namespace
 }  // namespace pipeline::stages

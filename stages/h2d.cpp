@@ -53,15 +53,11 @@ class H2D : public graph::Stage {
 #endif
 };
 
-PIPELINE_STAGE(h2d, {.name = "h2d",
-                     .doc = "non-blocking copy of each token window to the GPU on a side stream, with an event for "
-                            "train; pinned buffers return to pack's pool when their copy is done (pass-through "
-                            "without CUDA)",
-                     .input = graph::port<Batch>("batch"),
-                     .output = graph::port<Batch>("batch"),
-                     .own_thread = true,
-                     .max_workers = 1,
-                     .factory = graph::make_factory<H2D>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(h2d, {.name = "h2d",
+                          .input = typeid(Batch),
+                          .output = typeid(Batch),
+                          .factory = graph::make_factory<H2D>()});
 
 }  // namespace
 }  // namespace pipeline::stages

@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "graph/stage.h"
+#include "runner/device_advice.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -104,6 +105,9 @@ class Log : public graph::Stage {
       s += " | ETA " + format_duration(eta);
       rc_.log->print(s);
     }
+    // A large model on the CPU: once the pace is known, how long the whole run takes.
+    if (steps_timed == kEstimateAfterSteps && r.step < total && !rc_.device.is_cuda() && large_for_cpu(rc_.model))
+      rc_.log->print(cpu_estimate(elapsed / static_cast<double>(steps_timed), r.step, total));
   }
 
   // train's busy share between the first step and the last: on CUDA the GPU's (device events),
@@ -132,14 +136,10 @@ class Log : public graph::Stage {
   std::chrono::steady_clock::time_point t0_, last_;
 };
 
-PIPELINE_STAGE(log, {.name = "log",
-                     .doc = "progress line and metrics.jsonl from step results; waits on their events off the train thread",
-                     .input = graph::port<StepResult>("step"),
-                     .output = graph::no_port(),
-                     .own_thread = true,
-                     .ordered = true,
-                     .max_workers = 1,
-                     .factory = graph::make_factory<Log>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(log, {.name = "log",
+                          .input = typeid(StepResult),
+                          .factory = graph::make_factory<Log>()});
 
 }  // namespace
 }  // namespace pipeline::stages

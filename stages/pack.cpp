@@ -129,19 +129,11 @@ class Pack : public graph::Stage {
   int64_t windows_ = 0;
 };
 
-PIPELINE_STAGE(pack, {.name = "pack",
-                      .doc = "cuts the token stream into windows of B*T+1 uint16 tokens ([training] batch_size, seq_len), "
-                             "written into a pool of host buffers (pinned on CUDA) that h2d copies as is",
-                      .input = graph::port<TokenChunk>("tokens"),
-                      .output = graph::port<Batch>("batch"),
-                      .options = config::Schema().integer(
-                          "buffers", 8,
-                          "host buffers in the pool (pinned on CUDA): windows between pack and the end of their copy "
-                          "to the device (on the CPU: until train has read them)",
-                          2, 1024),
-                      .ordered = true,
-                      .max_workers = 1,
-                      .factory = graph::make_factory<Pack>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(pack, {.name = "pack",
+                           .input = typeid(TokenChunk),
+                           .output = typeid(Batch),
+                           .factory = graph::make_factory<Pack>()});
 
 }  // namespace
 }  // namespace pipeline::stages

@@ -105,23 +105,10 @@ class ReadShards : public graph::Stage {
   std::optional<datasets::MixedTextReader> mixed_;
 };
 
-PIPELINE_STAGE(read_shards,
-               {.name = "read_shards",
-                .doc = "reads documents from the text shards of a prepared dataset (or a weighted mix), in order, resumably",
-                .input = graph::no_port(),
-                .output = graph::port<TextChunk>("documents"),
-                .options = config::Schema()
-                               .string("dataset", "", "dataset directory (empty: [data] dataset)")
-                               .string("split", "", "split to read (empty: [data] train_split)")
-                               .string_list("mix", std::vector<std::string>{},
-                                            "datasets mixed by weight, as [\"PATH=WEIGHT\", ...]; documents are "
-                                            "drawn from source i with probability weight_i / sum (empty: no mix)")
-                               .integer_or_auto("chunk_bytes", std::string("auto"),
-                                                "text per message, in whole documents (auto: about one batch, "
-                                                "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
-                                                1, 1 << 26),
-                .max_workers = 1,
-                .factory = graph::make_factory<ReadShards>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(read_shards, {.name = "read_shards",
+                                  .output = typeid(TextChunk),
+                                  .factory = graph::make_factory<ReadShards>()});
 
 }  // namespace
 }  // namespace pipeline::stages

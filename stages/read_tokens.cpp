@@ -40,19 +40,10 @@ class ReadTokens : public graph::Stage {
   datasets::TokenDatasetReader reader_;
 };
 
-PIPELINE_STAGE(read_tokens,
-               {.name = "read_tokens",
-                .doc = "reads pre-tokenized ids from the token shards of a prepared dataset (replaces read_shards + tokenize)",
-                .input = graph::no_port(),
-                .output = graph::port<TokenChunk>("tokens"),
-                .options = config::Schema()
-                               .string("dataset", "", "token dataset directory (empty: [data] dataset)")
-                               .string("split", "", "split to read (empty: [data] train_split)")
-                               .integer_or_auto("chunk_tokens", std::string("auto"),
-                                                "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
-                                                1, 1 << 26),
-                .max_workers = 1,
-                .factory = graph::make_factory<ReadTokens>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(read_tokens, {.name = "read_tokens",
+                                  .output = typeid(TokenChunk),
+                                  .factory = graph::make_factory<ReadTokens>()});
 
 }  // namespace
 }  // namespace pipeline::stages

@@ -64,15 +64,11 @@ class RecordBatches : public graph::Stage {
   int64_t end_index_ = 0;  // batches from this index on are never trained
 };
 
-PIPELINE_STAGE(record_batches,
-               {.name = "record_batches",
-                .doc = "passes batches through and records the input token ids trained on in RUN_DIR/batches[.rankR].u16",
-                .input = graph::port<Batch>("batch"),
-                .output = graph::port<Batch>("batch"),
-                .options = config::Schema().string("path", "", "file to record into (empty: RUN_DIR/batches[.rankR].u16)"),
-                .ordered = true,
-                .max_workers = 1,
-                .factory = graph::make_factory<RecordBatches>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(record_batches, {.name = "record_batches",
+                                     .input = typeid(Batch),
+                                     .output = typeid(Batch),
+                                     .factory = graph::make_factory<RecordBatches>()});
 
 }  // namespace
 }  // namespace pipeline::stages

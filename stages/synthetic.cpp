@@ -42,13 +42,10 @@ class Synthetic : public graph::Stage {
   int64_t next_index_ = 0;
 };
 
-PIPELINE_STAGE(synthetic, {.name = "synthetic",
-                           .doc = "random token batches of the configured shape (measures compute without the input side)",
-                           .input = graph::no_port(),
-                           .output = graph::port<Batch>("batch"),
-                           .options = config::Schema().integer("distinct", 8, "distinct batches cycled through", 1, 1024),
-                           .max_workers = 1,
-                           .factory = graph::make_factory<Synthetic>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(synthetic, {.name = "synthetic",
+                                .output = typeid(Batch),
+                                .factory = graph::make_factory<Synthetic>()});
 
 }  // namespace
 }  // namespace pipeline::stages

@@ -36,13 +36,11 @@ class Tokenize : public graph::Stage {
   std::vector<std::vector<uint32_t>> scratch_;
 };
 
-PIPELINE_STAGE(tokenize, {.name = "tokenize",
-                          .doc = "GPT-2 BPE: a chunk of documents becomes one token chunk, <|endoftext|> before each document",
-                          .input = graph::port<TextChunk>("documents"),
-                          .output = graph::port<TokenChunk>("tokens"),
-                          .options = config::Schema().boolean(
-                              "allow_special", false, "turn the text <|endoftext|> inside documents into the special id"),
-                          .factory = graph::make_factory<Tokenize>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(tokenize, {.name = "tokenize",
+                               .input = typeid(TextChunk),
+                               .output = typeid(TokenChunk),
+                               .factory = graph::make_factory<Tokenize>()});
 
 }  // namespace
 }  // namespace pipeline::stages

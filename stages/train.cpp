@@ -345,15 +345,11 @@ class Train : public graph::Stage {
 #endif
 };
 
-PIPELINE_STAGE(train, {.name = "train",
-                       .doc = "forward/backward/AdamW step of the GPT-2 model ([model], [training], [optimizer]); bf16 autocast",
-                       .input = graph::port<Batch>("batch"),
-                       .output = graph::port<StepResult>("step"),
-                       .own_thread = true,
-                       .ordered = true,
-                       .max_workers = 1,
-                       .on_stop = graph::OnStop::discard,
-                       .factory = graph::make_factory<Train>()});
+// Declared, with its options, in stages/catalog.cpp.
+PIPELINE_STAGE_IMPL(train, {.name = "train",
+                            .input = typeid(Batch),
+                            .output = typeid(StepResult),
+                            .factory = graph::make_factory<Train>()});
 
 }  // namespace
 }  // namespace pipeline::stages

@@ -3,6 +3,7 @@
 // process is killed with SIGKILL while it writes checkpoints.
 #include <doctest/doctest.h>
 
+#include "graph/stage.h"
 #include "test_util.h"
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -82,6 +84,49 @@ TEST_CASE("check prints the resolved settings, and every error names its key") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("commands that need no tensors never load LibTorch or CUDA, and still know every stage type") {
+  // LD_DEBUG=files makes the dynamic loader name, on stderr, every object it loads.
+  auto dir = temp_dir("light");
+  const std::string data = PIPELINE_REFERENCE_DATA_DIR;
+  auto loads_torch = [](const std::string& out) {
+    return contains(out, "libtorch") || contains(out, "libc10") || contains(out, "libcuda") || contains(out, "libcudart");
+  };
+  for (const std::string& args :
+       {std::string("--version"), std::string("--help"), std::string("run --help"), std::string("stages"),
+        std::string("check gpt2.toml"), std::string("check quickstart.toml --set model.preset=gpt2-xl"),
+        std::string("graph quickstart.toml"), "tokenize " + data + "/edge_cases.txt --out " + (dir / "ids.u16").string(),
+        "prepare " + data + "/edge_cases.txt --quiet --out " + (dir / "ds").string(),
+        "stats " + (dir / "no_such_run").string()}) {
+    auto r = test_util::shell("LD_DEBUG=files " + std::string(PIPELINE_EXE) + " " + args);
+    INFO(args);
+    CHECK(contains(r.out, "file="));  // the loader did report (else the check below proves nothing)
+    CHECK(!loads_torch(r.out));
+  }
+  // The control: a command that needs tensors loads them, and the check above sees it.
+  auto g = test_util::shell("LD_DEBUG=files " + std::string(PIPELINE_EXE) + " generate --checkpoint " +
+                            (dir / "nothing.ckpt").string());
+  CHECK(loads_torch(g.out));
+
+  // The executable knows the training stages from their declarations alone; this test links their
+  // implementations, and the two lists must be the same, every type implemented.
+  auto listed = sh("stages --brief");
+  REQUIRE(listed.code == 0);
+  std::set<std::string> names;
+  std::istringstream lines(listed.out);
+  for (std::string line; std::getline(lines, line);) names.insert(line);
+  // (the test_* types are graph/'s built-in test stages, and this program's own)
+  std::set<std::string> linked;
+  for (const auto* t : pipeline::graph::stage_types()) {
+    INFO(t->name);
+    CHECK(t->factory);
+    if (t->name.rfind("test_", 0) != 0) linked.insert(t->name);
+  }
+  std::erase_if(names, [](const std::string& n) { return n.rfind("test_", 0) == 0; });
+  CHECK(linked.count("train") == 1);
+  CHECK(names == linked);
+  fs::remove_all(dir);
+}
+
 TEST_CASE("tokenize matches the reference ids from outside, and decodes back") {
   auto dir = temp_dir("tok");
   const std::string data = PIPELINE_REFERENCE_DATA_DIR;
@@ -109,6 +154,7 @@ TEST_CASE("a short run, its stats, and generate from its checkpoint") {
   CHECK(contains(r.out, "val loss"));
   CHECK(contains(r.out, "bottleneck"));
   CHECK(contains(r.out, "done: 4 steps"));
+  CHECK(!contains(r.out, "estimate:"));  // a small model on the CPU is what the quick start does
   for (const char* f : {"config.toml", "metrics.jsonl", "stats.jsonl", "stats_summary.json", "trace.json"})
     CHECK(fs::exists(run_dir / f));
   auto st = sh("stats " + run_dir.string());
@@ -121,6 +167,35 @@ TEST_CASE("a short run, its stats, and generate from its checkpoint") {
   auto bad = sh("generate --checkpoint " + (dir / "nothing.ckpt").string());
   CHECK(bad.code != 0);
   CHECK(contains(bad.out, "nothing.ckpt"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a large model on the CPU: a warning at start-up, then an estimate of the run's length") {
+  // check names the device the config asks for; a small model gets no warning.
+  auto big = sh("check gpt2.toml --set run.device=cpu");
+  CHECK(big.code == 0);
+  CHECK(contains(big.out, "warning: this run trains a model of 124.5M parameters on the CPU"));
+  CHECK(contains(big.out, "pipelines/quickstart.toml"));
+  auto small = sh("check quickstart.toml --set run.device=cpu");
+  CHECK(small.code == 0);
+  CHECK(!contains(small.out, "warning: this run trains"));
+
+  // A run: one wide layer puts the model over 50M parameters (the vocabulary embedding) while a
+  // step of 1 x 8 tokens stays cheap. It is not refused.
+  auto dir = temp_dir("cpu");
+  auto r = sh("run " + kQuick + " --set model.n_layer=1 --set model.n_head=16 --set model.n_embd=1024 " +
+              "--set training.batch_size=1 --set training.seq_len=8 --set training.steps=4 --set eval.every=0 " +
+              "--set checkpoint.at_end=false --set logging.live=off --set logging.every=1 --set run.device=cpu --set run.dir=" +
+              (dir / "r").string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "M parameters on the CPU"));
+  const auto estimate = r.out.find("estimate: 4 steps at ");
+  CHECK(estimate != std::string::npos);
+  CHECK(r.out.find("a step on the CPU take about", estimate) != std::string::npos);
+  CHECK(r.out.find("step      3/4") < estimate);  // after the first steps, once
+  CHECK(r.out.find("estimate:", estimate + 1) == std::string::npos);
+  CHECK(contains(r.out, "done: 4 steps"));
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,11 @@
 // Subcommand registry for the `pipeline` executable. Each tools/cmd_<name>.cpp registers
 // one command with PIPELINE_COMMAND; main.cpp dispatches and prints the help.
+//
+// The program comes in two halves. The executable itself holds every command that needs no
+// tensors, so they start at once without LibTorch. The commands that do (run, generate, export)
+// live in the LibTorch half, libpipeline_torch.so next to the executable: they register there
+// with PIPELINE_COMMAND_IMPL (name and function), and the executable describes them
+// (tools/torch_commands.cpp) and loads that library when one of them is called.
 #pragma once
 
 #include <functional>
@@ -26,6 +32,16 @@ struct CommandRegistrar {
 /// True when args holds -h or --help.
 bool wants_help(const std::vector<std::string>& args);
 
+/// Runs a command: its usage for --help, else its function, with an exception turned into
+/// "pipeline NAME: error: ..." on stderr and exit code 1.
+int run_command(const Command& c, const std::vector<std::string>& args);
+
+/// The LibTorch half's file name, and its entry point: runs the command `name` registered there
+/// with `argc` arguments (those after the command name). Returns the exit code.
+inline constexpr const char* kTorchLibrary = "libpipeline_torch.so";
+inline constexpr const char* kTorchEntry = "pipeline_torch_command";
+using TorchEntry = int (*)(const char* name, int argc, const char* const* argv);
+
 }  // namespace pipeline::cli
 
 #define PIPELINE_CLI_CAT2(a, b) a##b
@@ -33,3 +49,7 @@ bool wants_help(const std::vector<std::string>& args);
 /// Example: PIPELINE_COMMAND({"tokenize", "encode text to GPT-2 ids", "usage...", &tokenize_main});
 #define PIPELINE_COMMAND(...) \
   static ::pipeline::cli::CommandRegistrar PIPELINE_CLI_CAT(pipeline_cmd_, __LINE__){::pipeline::cli::Command __VA_ARGS__}
+/// In the LibTorch half: PIPELINE_COMMAND_IMPL(run, &run_main); summary and usage are the
+/// executable's (tools/torch_commands.cpp).
+#define PIPELINE_COMMAND_IMPL(name, fn) \
+  static ::pipeline::cli::CommandRegistrar PIPELINE_CLI_CAT(pipeline_cmd_, __LINE__){::pipeline::cli::Command{#name, "", "", fn}}

@@ -17,26 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* kUsage = R"(usage: pipeline export CHECKPOINT --out DIR [--dtype fp32|fp16|bf16] [--no-tokenizer]
-
-Writes the model of a training checkpoint as a Hugging Face transformers GPT-2 directory:
-  model.safetensors        weights under GPT2LMHeadModel's names (Conv1D layout, vocabulary
-                           un-padded, lm_head tied to the token embedding)
-  config.json, generation_config.json
-  vocab.json, merges.txt, tokenizer.json, tokenizer_config.json   (the GPT-2 tokenizer)
-Each file is written to a temporary name and renamed, so DIR never holds a half-written file.
-
-CHECKPOINT is a .ckpt file or a run directory (its newest checkpoint).
-  --out DIR         output directory (created; existing files of these names are replaced)
-  --dtype D         storage dtype of the weights: fp32 (default, exact), fp16 or bf16
-  --no-tokenizer    write the model files only
-
-Then, in Python:
-  from transformers import GPT2LMHeadModel, AutoTokenizer
-  model = GPT2LMHeadModel.from_pretrained("DIR"); tok = AutoTokenizer.from_pretrained("DIR")
-and `[model] init_from = "DIR"` fine-tunes from it here.
-)";
-
 int export_main(const std::vector<std::string>& args) {
   fs::path ckpt, out;
   model::HfDtype dtype = model::HfDtype::f32;
@@ -82,7 +62,8 @@ int export_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-PIPELINE_COMMAND({"export", "write a checkpoint as a Hugging Face transformers GPT-2 directory", kUsage, &export_main});
+// Described (summary, usage) in tools/torch_commands.cpp.
+PIPELINE_COMMAND_IMPL(export, &export_main);
 
 }  // namespace
 }  // namespace pipeline::cli

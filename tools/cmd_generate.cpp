@@ -70,13 +70,8 @@ int generate_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-PIPELINE_COMMAND({"generate", "print a continuation of a prompt from a checkpoint",
-                  "usage: pipeline generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
-                  "                         [--top-k K] [--seed S]\n\n"
-                  "PATH is a .ckpt file or a run directory (its newest checkpoint). Defaults: 200 tokens,\n"
-                  "temperature 0.8 (0: greedy), top-k 40 (0: whole vocabulary), seed 1337.\n"
-                  "Example: pipeline generate --checkpoint runs/quickstart-20261122-120000 --prompt 'ROMEO:'",
-                  &generate_main});
+// Described (summary, usage) in tools/torch_commands.cpp.
+PIPELINE_COMMAND_IMPL(generate, &generate_main);
 
 }  // namespace
 }  // namespace pipeline::cli

@@ -12,6 +12,7 @@
 
 #include "base/atomic_file.h"
 #include "cli.h"
+#include "run_request.h"
 #include "graph/engine.h"
 #include "graph/observe/live_view.h"
 #include "graph/observe/stats.h"
@@ -51,44 +52,9 @@ void remove_unused_run_dir(const std::filesystem::path& dir) {
   fs::remove_all(dir, ec);
 }
 
-struct RunArgs {
-  stages::RunRequest req;
-};
-
-RunArgs parse_run_args(const std::vector<std::string>& args, const char* cmd) {
-  RunArgs a;
-  a.req.source_dir = PIPELINE_SOURCE_DIR;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& s = args[i];
-    auto value = [&](const std::string& flag) -> std::string {
-      if (s.size() > flag.size() && s.compare(0, flag.size() + 1, flag + "=") == 0) return s.substr(flag.size() + 1);
-      if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value (see pipeline " + cmd + " --help)");
-      return args[++i];
-    };
-    if (s == "--set" || s.rfind("--set=", 0) == 0)
-      a.req.overrides.push_back(value("--set"));
-    else if (s == "--resume" || s.rfind("--resume=", 0) == 0)
-      a.req.resume = value("--resume");
-    else if (!s.empty() && s[0] == '-')
-      throw std::invalid_argument("unknown option " + s + " (see pipeline " + cmd + " --help)");
-    else if (a.req.config.empty())
-      a.req.config = s;
-    else
-      throw std::invalid_argument("one config file expected, got a second: " + s);
-  }
-  if (a.req.config.empty() && a.req.resume.empty())
-    throw std::invalid_argument(std::string("no config given (usage: pipeline ") + cmd + " CONFIG [--set section.key=value ...])");
-  return a;
-}
-
 void print_settings(const stages::RunPlan& plan) {
   const auto& ctx = *plan.ctx;
-  std::cout << "pipeline " PIPELINE_VERSION " | config " << plan.config_path.string() << " | device " << ctx.device.str();
-  if (!ctx.run_dir.empty()) std::cout << " | run dir " << ctx.run_dir.string();
-  std::cout << "\nmodel: " << ctx.model.n_layer << " layers, " << ctx.model.n_head << " heads, width " << ctx.model.n_embd
-            << ", context " << ctx.model.block_size << ", vocab " << ctx.model.vocab_size << " (padded "
-            << ctx.model.padded_vocab_size << "), " << ctx.model.num_parameters() << " parameters\n";
-  config::print_table(std::cout, plan.sections());
+  print_run_header(std::cout, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections());
   if (ctx.dp)
     std::cout << "data parallel: " << ctx.dp->size() << " ranks, " << dist::backend_name(ctx.dp->backend())
               << "; rank r reads documents d with d % " << ctx.dp->size() << " == r\n";
@@ -120,8 +86,8 @@ int run_main(const std::vector<std::string>& args) {
   // First of all: from here on a signal never costs the checkpoint, and a closed pipe or terminal
   // never ends the run (runner/signals.h). It outlives every line this command prints.
   stages::RunSignals signals;
-  auto a = parse_run_args(args, "run");
-  auto plan = stages::plan_run(a.req);
+  const stages::RunRequest req = parse_run_request(args, "run");
+  auto plan = stages::plan_run(req);
   auto& ctx = *plan.ctx;
   if (ctx.writer()) print_settings(plan);
   if (ctx.cfg.run.threads > 0) at::set_num_threads(static_cast<int>(ctx.cfg.run.threads));
@@ -140,7 +106,7 @@ int run_main(const std::vector<std::string>& args) {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
   } catch (const std::exception& e) {
     if (ctx.dp) ctx.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
-    if (a.req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
+    if (req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
   graph::Engine& engine = *engine_ptr;
@@ -276,37 +242,8 @@ int run_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-int check_main(const std::vector<std::string>& args) {
-  auto a = parse_run_args(args, "check");
-  a.req.create_run_dir = false;
-  auto plan = stages::plan_run(a.req);
-  print_settings(plan);
-  graph::validate(plan.spec);  // stage types, ports, cycles, inputs: without building the stages
-  std::cout << "ok: " << plan.spec.stages.size() << " stages, configuration valid\n";
-  return 0;
-}
-
-PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
-                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
-                  "       pipeline run --resume RUN_DIR\n\n"
-                  "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
-                  "--set overrides any key with the same names and checks as the file, e.g.\n"
-                  "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
-                  "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
-                  "Ctrl-C, SIGTERM or SIGHUP finishes the current step, writes a checkpoint and exits with 128 + the\n"
-                  "signal's number (130, 143, 129); a second signal exits at once. SIGUSR1 writes a checkpoint at\n"
-                  "the next step and trains on. A closed pipe or terminal stops the printing, never the run.\n"
-                  "Under torchrun (torchrun --no-python --nproc-per-node=N build/tools/pipeline run CONFIG), each\n"
-                  "process is one data-parallel rank: see the README's \"Many GPUs and machines\".\n"
-                  "The run directory holds config.toml, run.log (every line printed), metrics.jsonl, stats.jsonl,\n"
-                  "stats_summary.json, trace.json (open in ui.perfetto.dev) and checkpoints/.",
-                  &run_main});
-
-PIPELINE_COMMAND({"check", "validate a config and print every resolved setting",
-                  "usage: pipeline check CONFIG [--set section.key=value ...]\n\n"
-                  "Resolves the whole configuration as `pipeline run` would (defaults, --set, dataset path,\n"
-                  "model preset, the stage graph), prints it as a table, and exits non-zero on any error.",
-                  &check_main});
+// Described (summary, usage) in tools/torch_commands.cpp.
+PIPELINE_COMMAND_IMPL(run, &run_main);
 
 }  // namespace
 }  // namespace pipeline::cli

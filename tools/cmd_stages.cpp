@@ -1,8 +1,9 @@
-// `pipeline stages`: every registered stage type (built-ins and those stages/ links in), with
-// its ports, threading rules and documented options.
+// `pipeline stages`: every registered stage type (graph/'s built-ins and the training stages
+// declared in stages/catalog.cpp), with its ports, threading rules and documented options.
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <typeindex>
 #include <vector>
 
 #include "cli.h"
@@ -10,9 +11,13 @@
 
 namespace {
 
+// Ports connect by name. The C++ type behind a name is shown when this program links the stage's
+// code; the training stages are only declared here (stages/catalog.cpp), their payloads are in
+// stages/types.h.
 std::string port_text(const pipeline::graph::PortType& p, const char* none) {
   if (p.none()) return none;
   if (p.any()) return "any (passes its input type through)";
+  if (p.type == std::type_index(typeid(void))) return p.name;
   return p.name + " (" + pipeline::graph::type_name_of(p.type) + ")";
 }
 

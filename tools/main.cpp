@@ -1,25 +1,12 @@
-// The `pipeline` command line: `pipeline COMMAND [ARGS]`. Subcommands live in cmd_*.cpp.
+// The `pipeline` command line: `pipeline COMMAND [ARGS]`. Subcommands live in cmd_*.cpp; those that
+// need LibTorch are loaded on demand (cli.h).
 #include <algorithm>
 #include <cstdio>
-#include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "cli.h"
-
-namespace pipeline::cli {
-
-std::vector<Command>& commands() {
-  static std::vector<Command> all;
-  return all;
-}
-
-bool wants_help(const std::vector<std::string>& args) {
-  return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
-}
-
-}  // namespace pipeline::cli
 
 namespace {
 
@@ -47,18 +34,7 @@ int main(int argc, char** argv) {
   }
   for (const auto& c : pipeline::cli::commands()) {
     if (c.name != args[0]) continue;
-    std::vector<std::string> rest(args.begin() + 1, args.end());
-    if (pipeline::cli::wants_help(rest)) {
-      std::cout << c.usage;
-      if (!c.usage.empty() && c.usage.back() != '\n') std::cout << '\n';
-      return 0;
-    }
-    try {
-      return c.run(rest);
-    } catch (const std::exception& e) {
-      std::cerr << "pipeline " << c.name << ": error: " << e.what() << "\n";
-      return 1;
-    }
+    return pipeline::cli::run_command(c, std::vector<std::string>(args.begin() + 1, args.end()));
   }
   std::cerr << "pipeline: unknown command '" << args[0] << "' (see pipeline --help)\n";
   return 2;

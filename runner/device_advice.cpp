@@ -1,0 +1,51 @@
+// See device_advice.h.
+#include "runner/device_advice.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace pipeline::stages {
+
+namespace {
+
+std::string duration_text(double s) {
+  char buf[48];
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto t = static_cast<long long>(s + 0.5);
+  if (t >= 86400)
+    std::snprintf(buf, sizeof buf, "%lldd %02lldh", t / 86400, (t / 3600) % 24);
+  else if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%llds", t);
+  return buf;
+}
+
+constexpr const char* kQuickStart =
+    "on a CPU, pipelines/quickstart.toml trains a small model in minutes (pipeline run quickstart.toml)";
+
+}  // namespace
+
+bool large_for_cpu(const model::GPTConfig& m) { return m.num_parameters() > kCpuParameterWarning; }
+
+std::string cpu_warning(const model::GPTConfig& m) {
+  char params[32];
+  std::snprintf(params, sizeof params, "%.1fM", static_cast<double>(m.num_parameters()) / 1e6);
+  return std::string("warning: this run trains a model of ") + params +
+         " parameters on the CPU, where a step takes many seconds (no CUDA device is in use); an estimate of the "
+         "run's length follows its first steps. " +
+         kQuickStart;
+}
+
+std::string cpu_estimate(double seconds_per_step, int64_t step, int64_t total) {
+  const double whole = seconds_per_step * static_cast<double>(total);
+  const double left = seconds_per_step * static_cast<double>(total - step);
+  char pace[32];
+  std::snprintf(pace, sizeof pace, "%.1f s", seconds_per_step);
+  return "estimate: " + std::to_string(total) + " steps at " + pace + " a step on the CPU take about " +
+         duration_text(whole) + " (" + duration_text(left) + " left); " + kQuickStart;
+}
+
+}  // namespace pipeline::stages

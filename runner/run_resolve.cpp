@@ -1,0 +1,124 @@
+// See run_resolve.h.
+#include "runner/run_resolve.h"
+
+#include <stdexcept>
+
+#include "model/hf_config.h"
+
+namespace pipeline::stages {
+
+namespace fs = std::filesystem;
+
+std::vector<config::Section> ResolvedRun::sections() const {
+  auto out = cfg.sections;
+  for (const auto& s : spec.stages)
+    if (s.resolved) out.push_back(*s.resolved);
+  return out;
+}
+
+fs::path latest_checkpoint(const fs::path& run_dir) {
+  fs::path best;
+  auto dir = run_dir / "checkpoints";
+  if (!fs::is_directory(dir)) return best;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".ckpt" && (best.empty() || e.path().filename() > best.filename())) best = e.path();
+  return best;
+}
+
+fs::path checkpoint_file(const fs::path& file_or_run_dir) {
+  if (!fs::is_directory(file_or_run_dir)) return file_or_run_dir;
+  auto latest = latest_checkpoint(file_or_run_dir);
+  if (latest.empty())
+    throw std::runtime_error(file_or_run_dir.string() + ": no checkpoint in " + (file_or_run_dir / "checkpoints").string());
+  return latest;
+}
+
+namespace {
+
+const config::Section& run_section(const RunConfig& rc, const std::string& name) {
+  for (const auto& s : rc.sections)
+    if (s.name() == name) return s;
+  throw std::logic_error("run section [" + name + "] was not resolved");
+}
+
+// With init_from the shape is the Hugging Face model's: preset and vocab_size are not used, and
+// n_layer, n_head and n_embd, when set (non-zero), must agree with it (block_size may be smaller:
+// the position table is cropped for a shorter context).
+model::GPTConfig init_from_config(const RunConfig& rc) {
+  const auto& sec = run_section(rc, "model");
+  model::GPTConfig m;
+  try {
+    m = model::read_hf_config(rc.model.init_from);
+  } catch (const std::exception& e) {
+    throw sec.error("init_from", e.what());
+  }
+  const int64_t hf_block = m.block_size;
+  auto agree = [&](const char* key, int64_t set, int64_t hf) {
+    if (set != 0 && set != hf)
+      throw sec.error(key, std::to_string(set) + " disagrees with " + (rc.model.init_from / "config.json").string() +
+                               " (" + std::to_string(hf) + "); set it to 0 to take the model's");
+  };
+  agree("n_layer", rc.model.n_layer, m.n_layer);
+  agree("n_head", rc.model.n_head, m.n_head);
+  agree("n_embd", rc.model.n_embd, m.n_embd);
+  if (rc.model.block_size) {
+    if (rc.model.block_size > hf_block)
+      throw sec.error("block_size", std::to_string(rc.model.block_size) + " exceeds the n_positions " +
+                                        std::to_string(hf_block) + " of " + rc.model.init_from.string());
+    m.block_size = rc.model.block_size;
+  }
+  if (sec.was_set("bias") && !rc.model.bias)
+    throw sec.error("bias", "false, but a Hugging Face GPT-2 has biases");
+  m.dropout = rc.model.dropout;
+  return m;
+}
+
+model::GPTConfig model_config(const RunConfig& rc) {
+  model::GPTConfig m;
+  if (!rc.model.init_from.empty()) {
+    m = init_from_config(rc);
+  } else {
+    try {
+      m = model::GPTConfig::preset(rc.model.preset);
+    } catch (const std::exception& e) {
+      throw config::ConfigError(rc.file.string() + ": [model] preset: " + e.what());
+    }
+    if (rc.model.n_layer) m.n_layer = rc.model.n_layer;
+    if (rc.model.n_head) m.n_head = rc.model.n_head;
+    if (rc.model.n_embd) m.n_embd = rc.model.n_embd;
+    if (rc.model.block_size) m.block_size = rc.model.block_size;
+    m.with_vocab(rc.model.vocab_size);
+    m.dropout = rc.model.dropout;
+    m.bias = rc.model.bias;
+  }
+  try {
+    m.validate();
+  } catch (const std::exception& e) {
+    throw config::ConfigError(rc.file.string() + ": [model] " + e.what());
+  }
+  if (rc.training.seq_len > m.block_size)
+    throw config::ConfigError(rc.file.string() + ": [training] seq_len: " + std::to_string(rc.training.seq_len) +
+                              " exceeds the model's block_size " + std::to_string(m.block_size));
+  return m;
+}
+
+}  // namespace
+
+ResolvedRun resolve_run(const RunRequest& req) {
+  ResolvedRun r;
+  std::string cfg = req.config;
+  if (cfg.empty()) {
+    if (req.resume.empty()) throw std::invalid_argument("no config given");
+    cfg = (req.resume / "config.toml").string();  // the resolved config the run started with
+  }
+  r.config_path = config::find_config(cfg, req.source_dir);
+  r.doc = config::Document::load(r.config_path, req.overrides);
+  r.cfg = resolve_run_config(r.doc, req.source_dir);
+  r.spec = graph::GraphSpec::from_config(r.doc);
+  r.doc.check_all_used();
+  graph::validate(r.spec);  // the graph's structure: stage types, ports, inputs, cycles
+  r.model = model_config(r.cfg);
+  return r;
+}
+
+}  // namespace pipeline::stages

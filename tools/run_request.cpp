@@ -1,0 +1,48 @@
+// See run_request.h.
+#include "run_request.h"
+
+#include <stdexcept>
+
+#include "runner/device_advice.h"
+
+namespace pipeline::cli {
+
+stages::RunRequest parse_run_request(const std::vector<std::string>& args, const char* cmd) {
+  stages::RunRequest req;
+  req.source_dir = PIPELINE_SOURCE_DIR;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& s = args[i];
+    auto value = [&](const std::string& flag) -> std::string {
+      if (s.size() > flag.size() && s.compare(0, flag.size() + 1, flag + "=") == 0) return s.substr(flag.size() + 1);
+      if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value (see pipeline " + cmd + " --help)");
+      return args[++i];
+    };
+    if (s == "--set" || s.rfind("--set=", 0) == 0)
+      req.overrides.push_back(value("--set"));
+    else if (s == "--resume" || s.rfind("--resume=", 0) == 0)
+      req.resume = value("--resume");
+    else if (!s.empty() && s[0] == '-')
+      throw std::invalid_argument("unknown option " + s + " (see pipeline " + cmd + " --help)");
+    else if (req.config.empty())
+      req.config = s;
+    else
+      throw std::invalid_argument("one config file expected, got a second: " + s);
+  }
+  if (req.config.empty() && req.resume.empty())
+    throw std::invalid_argument(std::string("no config given (usage: pipeline ") + cmd + " CONFIG [--set section.key=value ...])");
+  return req;
+}
+
+void print_run_header(std::ostream& os, const std::filesystem::path& config_path, const std::string& device,
+                      const std::filesystem::path& run_dir, const model::GPTConfig& model,
+                      const std::vector<config::Section>& sections) {
+  os << "pipeline " PIPELINE_VERSION " | config " << config_path.string() << " | device " << device;
+  if (!run_dir.empty()) os << " | run dir " << run_dir.string();
+  os << "\nmodel: " << model.n_layer << " layers, " << model.n_head << " heads, width " << model.n_embd << ", context "
+     << model.block_size << ", vocab " << model.vocab_size << " (padded " << model.padded_vocab_size << "), "
+     << model.num_parameters() << " parameters\n";
+  config::print_table(os, sections);
+  if (device == "cpu" && stages::large_for_cpu(model)) os << stages::cpu_warning(model) << "\n";
+}
+
+}  // namespace pipeline::cli

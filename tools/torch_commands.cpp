@@ -1,0 +1,90 @@
+// The commands that need tensors, as the executable describes them: `pipeline --help` and
+// `pipeline run --help` answer without LibTorch. Calling one loads the LibTorch half,
+// libpipeline_torch.so from the executable's directory, and hands it the arguments
+// (tools/torch_entry.cpp); its commands are tools/cmd_run.cpp, cmd_generate.cpp and cmd_export.cpp.
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace pipeline::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Loaded once; never unloaded (LibTorch does not support it, and the process ends soon after).
+TorchEntry torch_entry() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) throw std::runtime_error("cannot find this program's own path (/proc/self/exe): " + ec.message());
+  const fs::path lib = exe.parent_path() / kTorchLibrary;
+  void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    throw std::runtime_error(std::string("this command needs the LibTorch half of pipeline, which did not load: ") +
+                             dlerror() + " (it is built beside the executable: cmake --build BUILD --target pipeline)");
+  void* entry = dlsym(handle, kTorchEntry);
+  if (!entry) throw std::runtime_error(lib.string() + " has no entry point " + kTorchEntry + ": " + dlerror());
+  return reinterpret_cast<TorchEntry>(entry);
+}
+
+std::function<int(const std::vector<std::string>&)> in_torch_half(const char* name) {
+  return [name](const std::vector<std::string>& args) {
+    const TorchEntry entry = torch_entry();
+    std::vector<const char*> argv;
+    for (const auto& a : args) argv.push_back(a.c_str());
+    return entry(name, static_cast<int>(argv.size()), argv.data());
+  };
+}
+
+PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
+                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
+                  "       pipeline run --resume RUN_DIR\n\n"
+                  "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
+                  "--set overrides any key with the same names and checks as the file, e.g.\n"
+                  "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
+                  "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
+                  "Ctrl-C, SIGTERM or SIGHUP finishes the current step, writes a checkpoint and exits with 128 + the\n"
+                  "signal's number (130, 143, 129); a second signal exits at once. SIGUSR1 writes a checkpoint at\n"
+                  "the next step and trains on. A closed pipe or terminal stops the printing, never the run.\n"
+                  "Under torchrun (torchrun --no-python --nproc-per-node=N build/tools/pipeline run CONFIG), each\n"
+                  "process is one data-parallel rank: see the README's \"Many GPUs and machines\".\n"
+                  "The run directory holds config.toml, run.log (every line printed), metrics.jsonl, stats.jsonl,\n"
+                  "stats_summary.json, trace.json (open in ui.perfetto.dev) and checkpoints/.",
+                  in_torch_half("run")});
+
+PIPELINE_COMMAND({"generate", "print a continuation of a prompt from a checkpoint",
+                  "usage: pipeline generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
+                  "                         [--top-k K] [--seed S]\n\n"
+                  "PATH is a .ckpt file or a run directory (its newest checkpoint). Defaults: 200 tokens,\n"
+                  "temperature 0.8 (0: greedy), top-k 40 (0: whole vocabulary), seed 1337.\n"
+                  "Example: pipeline generate --checkpoint runs/quickstart-20261122-120000 --prompt 'ROMEO:'",
+                  in_torch_half("generate")});
+
+const char* kExportUsage = R"(usage: pipeline export CHECKPOINT --out DIR [--dtype fp32|fp16|bf16] [--no-tokenizer]
+
+Writes the model of a training checkpoint as a Hugging Face transformers GPT-2 directory:
+  model.safetensors        weights under GPT2LMHeadModel's names (Conv1D layout, vocabulary
+                           un-padded, lm_head tied to the token embedding)
+  config.json, generation_config.json
+  vocab.json, merges.txt, tokenizer.json, tokenizer_config.json   (the GPT-2 tokenizer)
+Each file is written to a temporary name and renamed, so DIR never holds a half-written file.
+
+CHECKPOINT is a .ckpt file or a run directory (its newest checkpoint).
+  --out DIR         output directory (created; existing files of these names are replaced)
+  --dtype D         storage dtype of the weights: fp32 (default, exact), fp16 or bf16
+  --no-tokenizer    write the model files only
+
+Then, in Python:
+  from transformers import GPT2LMHeadModel, AutoTokenizer
+  model = GPT2LMHeadModel.from_pretrained("DIR"); tok = AutoTokenizer.from_pretrained("DIR")
+and `[model] init_from = "DIR"` fine-tunes from it here.
+)";
+
+PIPELINE_COMMAND({"export", "write a checkpoint as a Hugging Face transformers GPT-2 directory", kExportUsage, in_torch_half("export")});
+
+}  // namespace
+}  // namespace pipeline::cli
