@@ -35,8 +35,9 @@
 # GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS (bench_model's arguments;
 # default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager cuda_graph"),
 # GPU_REPORT_RUN_ARGS (more arguments to both runs), GPU_REPORT_LIST (the package list; default
-# tools/gpu_report.debs), GPU_REPORT_CPU=1 (the CPU test of this
-# script: no GPU or package checks, no .debs, the build directory used as it is).
+# tools/gpu_report.debs), GPU_REPORT_WORK (default BUILD/gpu_report_work), GPU_REPORT_CPU=1 (a
+# CPU machine: no GPU to look for; `all` then uses the build directory as it is, with no .debs,
+# and `check` configures against the .debs as on the GPU machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -46,7 +47,7 @@ DEBS=${GPU_REPORT_DEBS:-$ROOT/.gpu_debs}
 PREFIX=${GPU_REPORT_PREFIX:-$ROOT/.gpu_root}
 if [[ $MODE == packages ]]; then BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build}; else BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-gpu}; fi
 OUTDIR=${GPU_REPORT_OUT:-${OUT:-$BUILD/gpu_report}}
-WORK=$BUILD/gpu_report_work  # run directories and benchmark results: the table reads them, OUT gets none
+WORK=${GPU_REPORT_WORK:-$BUILD/gpu_report_work}  # run directories and benchmark results: the table reads them, OUT gets none
 STEPS=${GPU_REPORT_STEPS:-150}
 BUDGET=${GPU_REPORT_BUDGET_S:-570}
 JOBS=${GPU_REPORT_JOBS:-$(nproc)}
@@ -86,15 +87,30 @@ used_files() {
   while read -r f; do
     if [[ -f $f ]]; then
       echo "$f"
+      [[ -L $f ]] && readlink -f "$f"  # a link's target may be another package's (pkg-config -> pkgconf)
     elif [[ -d $f && $f != /usr/include && $f != /usr/lib/$ARCH && $f != /usr/lib && $f != /usr/bin ]]; then
       find "$f" -maxdepth 1 -name '*.cmake' 2>/dev/null  # a package's CMake config directory
     fi
   done <"$WORK/paths.txt" >>"$WORK/files.txt"
-  # Run-time libraries: of the binaries built, and of the programs the build ran (protoc, zstd, ...).
-  { find "$BUILD/tools" "$BUILD/tests" -maxdepth 1 -type f -perm -u+x 2>/dev/null
-    grep -E '^/(usr/)?s?bin/' "$WORK/files.txt" || true
-  } | while read -r f; do ldd "$f" 2>/dev/null | awk '$3 ~ /^\//{print $3}'; done >>"$WORK/files.txt"
+  # What those CMake configs import must exist at configure time even if nothing links it
+  # (TBB's names tbbmalloc's library: libtbbmalloc2).
+  grep -h '\.cmake$' "$WORK/files.txt" | xargs -r grep -ohE '\$\{_IMPORT_PREFIX\}/[^" ;)]+' 2>/dev/null |
+    sed 's#^\${_IMPORT_PREFIX}#/usr#' | sort -u | while read -r f; do [[ -f $f ]] && echo "$f"; done >>"$WORK/files.txt" || true
+  # Run-time libraries of the binaries built.
+  find "$BUILD/tools" "$BUILD/tests" -maxdepth 1 -type f -perm -u+x 2>/dev/null |
+    while read -r f; do ldd "$f" 2>/dev/null | awk '$3 ~ /^\//{print $3}'; done >>"$WORK/files.txt"
   sort -u -o "$WORK/files.txt" "$WORK/files.txt"
+}
+
+# Run-time libraries of the programs the build ran (protoc, zstd, pkgconf), except those the
+# compiler and the build tools bring (their packages are never listed).
+program_libraries() {
+  local f pkg
+  grep -E '^/(usr/)?s?bin/' "$WORK/files.txt" | while read -r f; do
+    pkg=$(dpkg -S "$f" 2>/dev/null | head -1 | sed 's/: .*//; s/:.*//') || true
+    [[ -n $pkg ]] && ! grep -qx "$pkg" "$WORK/toolchain.txt" || continue
+    ldd "$f" 2>/dev/null | awk '$3 ~ /^\//{print $3}'
+  done
 }
 
 # What a machine with a C++ compiler has anyway (g++ and everything it depends on), and the
@@ -103,15 +119,18 @@ toolchain_packages() {
   { apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
       --no-enhances g++ 2>/dev/null | grep -v '^ ' | grep -v '^<'
     printf '%s\n' g++ cmake cmake-data ninja-build ccache make
+    # and what every Debian system has (essential and required packages: coreutils, libc6, ...)
+    dpkg-query -W -f='${Package} ${Essential} ${Priority}\n' | awk '$2 == "yes" || $3 == "required" {print $1}'
   } | sed 's/:.*//' | sort -u
 }
 
-# dpkg -S over many files: "package" lines, one per package. Merged /usr: dpkg knows /lib/X as
-# such, so a /usr/lib/X it does not know is asked again as /lib/X.
+# dpkg -S over many files: "package" lines, one per package. Merged /usr: dpkg knows a library
+# as /lib/X or as /usr/lib/X depending on the package, so a path it does not know is asked again
+# the other way.
 owners() {
   local unknown
   xargs -r dpkg -S <"$WORK/files.txt" 2>"$WORK/dpkg.err" | sed 's/: .*//' | tr ',' '\n' | sed 's/^ *//; s/:.*//' >"$WORK/owners.txt" || true
-  unknown=$(sed -n 's/^dpkg-query: no path found matching pattern //p' "$WORK/dpkg.err" | grep '^/usr/' | sed 's#^/usr##' || true)
+  unknown=$(sed -n 's/^dpkg-query: no path found matching pattern //p' "$WORK/dpkg.err" | sed 's#^/usr/#/#; t; s#^/#/usr/#' || true)
   if [[ -n $unknown ]]; then
     printf '%s\n' $unknown | xargs -r dpkg -S 2>/dev/null | sed 's/: .*//' | tr ',' '\n' | sed 's/^ *//; s/:.*//' >>"$WORK/owners.txt" || true
   fi
@@ -122,10 +141,24 @@ packages() {
   command -v dpkg >/dev/null && command -v ninja >/dev/null ||
     { echo "gpu_report: packages needs dpkg and ninja (a Debian machine with the build)" >&2; exit 2; }
   mkdir -p "$WORK"
-  used_files
-  owners >"$WORK/used.txt"
-  toolchain_packages >"$WORK/toolchain.txt"
-  comm -23 "$WORK/used.txt" "$WORK/toolchain.txt" >"$WORK/needed.txt"
+  # GPU_REPORT_REUSE=1: what the last derivation found (a test checks two lists against one build).
+  if [[ ${GPU_REPORT_REUSE:-0} != 1 || ! -s $WORK/needed.txt ]]; then
+    toolchain_packages >"$WORK/toolchain.txt"
+    used_files
+    program_libraries >>"$WORK/files.txt"
+    sort -u -o "$WORK/files.txt" "$WORK/files.txt"
+    owners >"$WORK/used.txt"
+    # Libraries are needed whoever else would bring them: CMake is told to find them in the
+    # unpacked tree, where a -dev package's libfoo.so links to its runtime package's file. Only
+    # the compiler's own run-time libraries are left to the machine's compiler.
+    grep -E '\.so(\.[0-9]+)*$' "$WORK/files.txt" >"$WORK/libs.txt" || true
+    cp "$WORK/files.txt" "$WORK/all_files.txt"
+    cp "$WORK/libs.txt" "$WORK/files.txt"
+    owners | grep -vE '^(libc6|libc6-dev|libstdc\+\+.*|libgcc.*|libgomp.*|libatomic.*|libquadmath.*|libcrypt.*|linux-libc-dev)$' \
+      >"$WORK/lib_owners.txt" || true
+    mv "$WORK/all_files.txt" "$WORK/files.txt"
+    { comm -23 "$WORK/used.txt" "$WORK/toolchain.txt"; cat "$WORK/lib_owners.txt"; } | sort -u >"$WORK/needed.txt"
+  fi
   case ${1:-} in
     --write)
       { echo "# The Debian packages whose files the build uses (headers, libraries, tools, run-time libraries),"
@@ -142,7 +175,7 @@ packages() {
         echo "gpu_report: the build in $BUILD uses files of packages that tools/gpu_report.debs does not list:" >&2
         local p
         for p in $missing; do
-          echo "  - $p (e.g. $(xargs -r dpkg -L "$p" 2>/dev/null | grep -Fx -f "$WORK/files.txt" | head -1 || true))" >&2
+          echo "  - $p (e.g. $(dpkg -L "$p" 2>/dev/null | grep -Fx -f "$WORK/files.txt" | head -1 || true))" >&2
         done
         echo "add them (tools/gpu_report.sh packages --write), or the GPU machine's configure or build fails" >&2
         exit 1
@@ -166,14 +199,16 @@ fetch_debs() {
 # Everything that is missing, all at once; exit 2 naming it.
 check_present() {
   local missing=()
-  if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
+  if [[ $CPU_MODE == 1 ]]; then
+    :  # the CPU test: no GPU to look for
+  elif ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
     missing+=("an NVIDIA GPU: $NVIDIA_SMI is not on PATH (this is not the GPU machine)")
   elif ! "$NVIDIA_SMI" -L 2>/dev/null | grep -q '^GPU'; then
     missing+=("an NVIDIA GPU: $NVIDIA_SMI -L lists none")
   fi
   if [[ ! -x $TORCH_PY ]]; then
     missing+=("torch with CUDA: no python at $TORCH_PY (set GPU_REPORT_TORCH_PY)")
-  elif ! "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  elif [[ $CPU_MODE != 1 ]] && ! "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     missing+=("torch with CUDA: $TORCH_PY has no torch that sees a GPU")
   fi
   local venv_bin
@@ -201,6 +236,15 @@ use_debs() {
     mkdir -p "$PREFIX"
     local p
     for p in "${DEB_PACKAGES[@]}"; do dpkg-deb -x "$(compgen -G "$DEBS/${p}_*.deb" | head -1)" "$PREFIX"; done
+    # Absolute links (zlib1g-dev's libz.so -> /lib/.../libz.so.1.2.13) would leave the tree:
+    # point them at the unpacked file.
+    local link target t
+    while read -r link; do
+      target=$(readlink "$link")
+      for t in "$PREFIX$target" "$PREFIX/usr$target"; do
+        if [[ -e $t ]]; then ln -sfn "$t" "$link"; break; fi
+      done
+    done < <(find "$PREFIX" -type l -lname '/*')
     touch "$PREFIX/.unpacked"
   fi
   export PATH=$PREFIX/usr/bin:$PATH
