@@ -402,13 +402,14 @@ EOF
 
 # `all`, `test` and `measure`: everything checked before anything is built.
 prepare() {
-  mkdir -p "$OUTDIR" "$WORK"
   if [[ $CPU_MODE == 1 ]]; then  # the CPU test: the build directory as it is
     [[ -f $BUILD/build.ninja ]] || { echo "gpu_report: GPU_REPORT_CPU=1 needs a configured build in $BUILD" >&2; exit 2; }
+    mkdir -p "$OUTDIR" "$WORK"
     : >"$OUTDIR/build.log"
     return
   fi
-  check_present
+  check_present  # before anything is made
+  mkdir -p "$OUTDIR" "$WORK"
   rm -f "$OUTDIR/build.log"
   use_debs
   "$NVIDIA_SMI" >"$OUTDIR/nvidia-smi.txt" 2>&1 || true
