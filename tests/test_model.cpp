@@ -3,6 +3,7 @@
 // (tests/data/gpt2_tiny_reference.bin, written by tools/gpt2_reference.py).
 #include "model/autocast.h"
 #include "model/checkpoint.h"
+#include "model/device_event.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
@@ -210,12 +211,12 @@ TEST_CASE("the fused loss equals the sliced fp32 cross-entropy: values and gradi
       CAPTURE(chunk);
       auto in = base.to(dtype).detach().requires_grad_(true);
       auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
-      CHECK(loss.scalar_type() == torch::kFloat);
+      CHECK((loss.scalar_type() == torch::kFloat));
       CHECK(loss.dim() == 0);
       CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-5 * ref.item<double>());
       (loss * 3.0).backward();  // a non-unit incoming gradient is applied too
       REQUIRE(in.grad().defined());
-      CHECK(in.grad().scalar_type() == dtype);
+      CHECK((in.grad().scalar_type() == dtype));
       CHECK(rel_err(in.grad(), ref_in.grad() * 3.0) < (dtype == torch::kFloat ? 1e-5 : 1e-2));
       CHECK(torch::equal(in.grad().narrow(1, V, Vp - V), torch::zeros({N, Vp - V}, in.grad().options())));
       torch::NoGradGuard no_grad;  // the forward-only path (eval) gives the same value
@@ -613,4 +614,23 @@ TEST_CASE("per-step objects are reused only once no one else holds them") {
   pinned.take();
   CHECK(tensors == 2);  // both free again: no third
   CHECK(pinned.size() == 2);
+}
+
+TEST_CASE("host callbacks are counted, and one that throws is reported by the wait, not fatal") {
+  m::HostCallbacks callbacks;
+  const c10::Stream cpu = m::current_stream(torch::kCPU);
+  int ran = 0;
+  callbacks.after(cpu, [&] { ++ran; });  // a CPU stream: runs now
+  CHECK(ran == 1);
+  CHECK(callbacks.pending() == 0);
+  callbacks.after(cpu, [] { throw std::runtime_error("pool gone"); });
+  CHECK(contains(error_of([&] { callbacks.wait_all(); }), "a host callback failed: pool gone"));
+  CHECK_NOTHROW(callbacks.wait_all());  // reported once
+  // What a callback captured is released before the count says it ran.
+  auto held = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = held;
+  callbacks.after(cpu, [h = std::move(held)] { (void)h; });
+  callbacks.wait_all();
+  CHECK(watch.expired());
+  CHECK_NOTHROW(m::use_device(torch::kCPU));  // nothing to make current on the CPU
 }
