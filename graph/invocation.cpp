@@ -17,6 +17,8 @@
 //     the items beyond the first of a packet go on the edge as debt (edge.cpp).
 #include "graph/invocation.h"
 
+#include "base/nvtx.h"
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -89,6 +91,7 @@ void guarded(Invocation* inv, Runtime& rt, StageRt& st, F&& f) {
     explicit Current(Invocation* i) { t_current = i; }
     ~Current() { t_current = previous; }
   } current(inv);
+  const NvtxRange range(st.spec.name.c_str());  // the stage on this thread's Nsight timeline
   const int64_t cpu0 = inv->cpu_weight() ? thread_cpu_ns() : 0;
   try {
     f();
@@ -587,8 +590,11 @@ bool Emitter::stop_requested() const { return impl_->runtime().stopping(); }
 void Emitter::wind_down() { impl_->runtime().winding_down.store(true, std::memory_order_relaxed); }
 void Emitter::hold_for(std::chrono::nanoseconds d) { impl_->hold_for(d); }
 void Emitter::add_device_wait(std::chrono::nanoseconds d) { impl_->add_device_wait(d); }
-void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d) {
-  if (StageRt* s = impl_->runtime().find(stage)) s->device_busy_ns.fetch_add(d.count(), std::memory_order_relaxed);
+void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d, bool gpu) {
+  if (StageRt* s = impl_->runtime().find(stage)) {
+    if (gpu) s->device_busy_gpu.store(true, std::memory_order_relaxed);
+    s->device_busy_ns.fetch_add(d.count(), std::memory_order_relaxed);
+  }
 }
 
 }  // namespace pipeline::graph

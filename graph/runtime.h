@@ -233,6 +233,7 @@ struct StageRt {
   std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot
   std::atomic<int64_t> start_ns{0}, end_ns{0};
   std::atomic<int64_t> device_busy_ns{0};
+  std::atomic<bool> device_busy_gpu{false};  // device_busy_ns measured with GPU events
 
   // Cost of one item (ns, a moving average over invocations that measured it): sources batch
   // cheap items (flow_graph.h), and only while every stage is cheap.

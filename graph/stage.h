@@ -156,8 +156,9 @@ class Emitter {
   void add_device_wait(std::chrono::nanoseconds d);
   /// Device (GPU) time spent on behalf of stage `stage`, measured with device events by
   /// whichever stage reads them (log reads train's): the stats show it as that stage's
-  /// GPU-busy share. Unknown stage names are ignored.
-  void add_device_busy(const std::string& stage, std::chrono::nanoseconds d);
+  /// GPU-busy share. `gpu` false: the host clock stood in (a CPU run), which the verdict says.
+  /// Unknown stage names are ignored.
+  void add_device_busy(const std::string& stage, std::chrono::nanoseconds d, bool gpu = true);
 
  private:
   Invocation* impl_;

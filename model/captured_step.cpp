@@ -59,7 +59,13 @@ struct CapturedStep::Impl {
 
   std::unique_ptr<at::cuda::CUDAGraph> capture(const std::function<void()>& work) {
     auto g = std::make_unique<at::cuda::CUDAGraph>();
-    g->capture_begin(pool);
+    // Thread-local, not torch's default global mode: while train captures, the other stage
+    // threads go on making CUDA calls (h2d's copies and host functions, log's and checkpoint's
+    // event waits, eval's forward, pinned allocations by pack and eval). In global mode any of
+    // those invalidates the capture (cudaErrorStreamCaptureInvalidated), depending on timing;
+    // thread-local mode checks only this thread, which makes no unsafe call while capturing.
+    // Autograd's device thread launches backward onto the capturing stream, which is allowed.
+    g->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     try {
       work();
     } catch (...) {

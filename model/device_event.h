@@ -11,6 +11,7 @@
 #include <c10/core/Stream.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -61,10 +62,48 @@ class DeviceEvent {
 /// The calling thread's current stream on `device` (CUDA), or the CPU's default stream.
 c10::Stream current_stream(c10::Device device);
 
+/// Makes `device` the calling thread's current CUDA device; nothing for the CPU. The current
+/// device is per thread and defaults to 0: every thread that makes a CUDA call (waits on an
+/// event, allocates pinned memory, launches work) calls this first, or a rank bound to GPU k
+/// creates a context of its own on GPU 0 (about 500 MB each).
+void use_device(c10::Device device);
+
 /// Calls `fn` on a host thread once the work enqueued so far on `stream` has completed
 /// (cudaLaunchHostFunc); on a CPU stream, calls it now. `fn` runs on a CUDA driver thread and
 /// must not call CUDA (or free CUDA-allocated tensors): it is for giving back host resources,
-/// such as a pinned buffer that a copy was reading.
+/// such as a pinned buffer that a copy was reading. An exception `fn` throws is swallowed there
+/// (it cannot cross the driver's C callback); use HostCallbacks to see it.
 void after_stream_work(c10::Stream stream, std::function<void()> fn);
+
+/// The host callbacks one owner (a stage) has enqueued, counted until they have run, so that the
+/// owner can wait for the last one before it ends: a callback that fired after the run ended
+/// would reach an engine being torn down. The count lives in a shared block that the callbacks
+/// hold, so a callback never touches a destroyed HostCallbacks.
+///
+/// Example (h2d: a pinned buffer goes back to the pool once its copy is done):
+///   HostCallbacks callbacks_;                                 // a member of the stage
+///   callbacks_.after(copy_stream, [lease] { ... });           // per batch
+///   void finalize(...) { callbacks_.wait_all(); }             // and the destructor waits too
+class HostCallbacks {
+ public:
+  HostCallbacks();
+  /// Waits for the callbacks still pending (they follow device work that completes), at most
+  /// 30 s: after a device fault they may never run.
+  ~HostCallbacks();
+  HostCallbacks(const HostCallbacks&) = delete;
+  HostCallbacks& operator=(const HostCallbacks&) = delete;
+
+  /// after_stream_work(stream, fn), counted.
+  void after(c10::Stream stream, std::function<void()> fn);
+  /// Sleeps until every callback enqueued so far has run; returns the time waited. Throws
+  /// std::runtime_error with the first callback's error, if one threw (once).
+  std::chrono::nanoseconds wait_all();
+  /// Callbacks enqueued and not yet run.
+  int64_t pending() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
 
 }  // namespace pipeline::model

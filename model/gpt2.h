@@ -98,7 +98,8 @@ class GPTImpl : public torch::nn::Module {
   std::string attention_backend(int64_t T, torch::ScalarType dtype, torch::Device device) const;
 
   /// Mean cross-entropy of logits (B, T, padded_vocab) against targets (B, T) int64, over the
-  /// real vocabulary only (the padded columns are sliced off, see gpt2.cpp). Returns a
+  /// real vocabulary only (softmax never sees the padded columns; their gradient is zero).
+  /// Makes no (B*T, V) copy of the logits nor an fp32 one (cross_entropy_real_vocab). Returns a
   /// 0-dim fp32 tensor on the logits' device; never syncs the host.
   torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
 
@@ -124,6 +125,15 @@ class GPTImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(GPT);
+
+/// Mean cross-entropy over the first `vocab` columns of `logits` (N, Vp), any float dtype,
+/// against `targets` (N) ids < vocab; 0-dim fp32. Works through the rows `chunk_rows` at a time
+/// in fp32 (<= 0: about 4 MB of fp32 per chunk on the CPU, 256 MB on a GPU), and when the
+/// logits need a gradient computes it in the same pass into one (N, Vp) buffer of their dtype,
+/// which backward scales in place: no copy of the logits, sliced or widened, is ever whole.
+/// A backward through the result may run once (no retain_graph).
+torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                                       int64_t chunk_rows = 0);
 
 /// Copies named tensors (CPU or not, any matching dtype) into the model's parameters.
 /// Every parameter must be present with the same shape; throws naming what is missing or

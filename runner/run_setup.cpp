@@ -7,6 +7,7 @@
 #include "base/atomic_file.h"
 #include "base/json.h"
 #include "model/checkpoint.h"
+#include "model/device_event.h"
 #include "model/dist_env.h"
 #include "runner/data_parallel.h"
 
@@ -167,6 +168,9 @@ RunPlan plan_run(const RunRequest& req) {
   ctx->model = resolved.model;
   const auto env = dist::launch_env();  // set by torchrun; none for one process
   ctx->device = pick_device(ctx->cfg, env);
+  // This thread builds the stages, and some allocate pinned memory as they are built: with the
+  // run's device current, or each rank would make a context on GPU 0 as well.
+  model::use_device(ctx->device);
   if (env && req.create_run_dir) join_ranks(plan, *env);
   try {
     locate_run(plan, req);

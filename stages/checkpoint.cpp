@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/nvtx.h"
+
 #include "graph/stage.h"
 #include "runner/data_parallel.h"
 #include "stages/types.h"
@@ -23,11 +25,18 @@ class Checkpoint : public graph::Stage {
  public:
   explicit Checkpoint(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {}
 
+  // It waits on the snapshot's CUDA events: on the run's device, or that makes a context on GPU 0.
+  void initialize() override { model::use_device(rc_.device); }
+
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.checkpoint) return;
     auto t0 = std::chrono::steady_clock::now();
-    out.add_device_wait(r.checkpoint->wait());  // the device-to-host copies of the snapshot (sleeps, no spin)
+    {
+      const NvtxRange range("wait for the snapshot's copies");
+      out.add_device_wait(r.checkpoint->wait());  // the device-to-host copies of the snapshot (sleeps, no spin)
+    }
+    const NvtxRange range("write checkpoint");
     auto dir = rc_.run_dir / "checkpoints";
     char name[64];
     std::snprintf(name, sizeof name, "step_%08lld.ckpt", static_cast<long long>(r.checkpoint->step));

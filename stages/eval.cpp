@@ -9,6 +9,9 @@
 // whichever thread drops the step. The results (loss sum and the sample's ids) come back in one
 // pinned buffer and one event, waited for without spinning.
 #include <cstdio>
+#include <optional>
+
+#include "base/nvtx.h"
 
 #include "datasets/dataset_reader.h"
 #include "base/json.h"
@@ -41,7 +44,7 @@ class Eval : public graph::Stage {
     if (!active_) return;
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
-      c10::cuda::set_device(rc_.device.index());
+      model::use_device(rc_.device);
       c10::cuda::setCurrentCUDAStream(c10::cuda::getStreamFromPool(false, rc_.device.index()));
     }
 #endif
@@ -70,13 +73,16 @@ class Eval : public graph::Stage {
       torch::NoGradGuard no_grad;
       model::AutocastGuard autocast(rc_.device.type(), rc_.cfg.training.dtype == "bf16");
       loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(rc_.device));
+      std::optional<NvtxRange> range(std::in_place, "validation loss");
       for (int64_t i = 0; i < n_batches_; ++i) {
         auto buf = val_.narrow(0, i * B * T, B * T + 1);  // (B*T+1)
         auto x = buf.narrow(0, 0, B * T).view({B, T});    // (B, T)
         auto y = buf.narrow(0, 1, B * T).view({B, T});    // (B, T)
         loss_sum.add_(model_->loss(model_->forward(x), y));
       }
+      range.reset();
       if (rc_.cfg.eval.sample_tokens > 0) {
+        const NvtxRange sampling("sample (KV cache)");
         const auto& tok = datasets::Tokenizer::gpt2();
         auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
         prompt.assign(ids32.begin(), ids32.end());

@@ -2,7 +2,9 @@
 // without blocking the host, and hands train the copy's event to wait on (on its compute stream,
 // never on the host). The pinned buffer goes back to pack's pool from a CUDA host callback
 // enqueued after the copy, so it is rewritten only once the copy has read it and no host thread
-// waits for that. Without CUDA it passes batches through.
+// waits for that. Those callbacks are counted: h2d ends (finalize, or its destruction after a
+// failed run) only once the last has run, so none reaches the engine after the run. Without
+// CUDA it passes batches through.
 #include "graph/stage.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
@@ -23,7 +25,7 @@ class H2D : public graph::Stage {
   void initialize() override {
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
-      c10::cuda::set_device(rc_.device.index());
+      model::use_device(rc_.device);
       stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, rc_.device.index());
     }
 #endif
@@ -39,15 +41,20 @@ class H2D : public graph::Stage {
       dev.copy_(b.tokens, /*non_blocking=*/true);  // (B*T+1) uint16: 2 bytes a token
       b.ready = std::make_shared<model::DeviceEvent>();
       b.ready->record(*stream_);
-      if (b.lease) release_after(std::move(b.lease), *stream_);
+      if (b.lease) release_after(std::move(b.lease), *stream_, callbacks_);
       b.tokens = std::move(dev);
     }
 #endif
     out.emit(std::move(b));
   }
 
+  // Every buffer this stage handed to a callback is back in pack's pool before h2d passes the
+  // end of the stream on; a failed run's teardown waits the same way (~HostCallbacks).
+  void finalize(graph::Emitter& out) override { out.add_device_wait(callbacks_.wait_all()); }
+
  private:
   RunContext& rc_;
+  model::HostCallbacks callbacks_;
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

@@ -35,6 +35,9 @@ class Log : public graph::Stage {
     flops_per_token_ = rc_.model.flops_per_token(rc_.cfg.training.seq_len);
   }
 
+  // Waiting on CUDA events is a CUDA call: on the run's device, or it makes a context on GPU 0.
+  void initialize() override { model::use_device(rc_.device); }
+
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
     if (!r.loss.defined()) return;  // a checkpoint-only result (interrupted run)
@@ -44,7 +47,8 @@ class Log : public graph::Stage {
     if (r.timing) {
       phases = r.timing->phase_ms();
       busy_ms = r.timing->total_ms();
-      out.add_device_busy(r.timing->stage, std::chrono::nanoseconds(static_cast<int64_t>(busy_ms * 1e6)));
+      out.add_device_busy(r.timing->stage, std::chrono::nanoseconds(static_cast<int64_t>(busy_ms * 1e6)),
+                          /*gpu=*/rc_.device.is_cuda());
     }
     auto now = std::chrono::steady_clock::now();
     const float loss = r.loss.item<float>();

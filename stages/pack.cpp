@@ -33,7 +33,7 @@ class Pack : public graph::Stage {
     next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
     skip_ = rc_.start.skip;
     pool_ = std::make_unique<WindowPool>(static_cast<int>(ctx.options.get_int("buffers")), B_ * T_ + 1,
-                                         /*pinned=*/rc_.device.is_cuda());
+                                         rc_.device);
   }
 
   std::shared_ptr<graph::ResourcePool> resource_pool() override { return pool_->gate(); }

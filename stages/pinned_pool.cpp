@@ -1,23 +1,30 @@
 // See pinned_pool.h.
 #include "stages/pinned_pool.h"
 
+#include <c10/core/DeviceGuard.h>
+
+#include <optional>
 #include <stdexcept>
 
 #include "model/device_event.h"
 
 namespace pipeline::stages {
 
-void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream) {
-  model::after_stream_work(stream, [lease = std::move(lease)]() mutable { lease.reset(); });
+void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream, model::HostCallbacks& callbacks) {
+  callbacks.after(stream, [lease = std::move(lease)]() mutable { lease.reset(); });
 }
 
-WindowPool::WindowPool(int count, int64_t tokens, bool pinned)
-    : gate_(std::make_shared<graph::ResourcePool>(count)), tokens_(tokens), pinned_(pinned) {
+WindowPool::WindowPool(int count, int64_t tokens, c10::Device device)
+    : gate_(std::make_shared<graph::ResourcePool>(count)), tokens_(tokens), device_(device) {
   for (int i = 0; i < count; ++i) buffers_.push_back(fresh());
 }
 
 torch::Tensor WindowPool::fresh() const {
-  return torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16).pinned_memory(pinned_));
+  const bool pinned = device_.is_cuda();
+  // The guard makes device_ current only for this allocation, and torch's guard does not create
+  // a context on the device it restores.
+  c10::OptionalDeviceGuard guard(pinned ? std::optional<c10::Device>(device_) : std::nullopt);
+  return torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16).pinned_memory(pinned));
 }
 
 WindowPool::Window WindowPool::window(int index) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "graph/stage.h"
+#include "model/device_event.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -33,14 +34,17 @@ class WindowLease {
 };
 
 /// Gives `lease` back once the work enqueued so far on `stream` (a copy out of its buffer) is
-/// done, from a CUDA host callback; at once on a CPU stream. Giving back touches only host
-/// state (the pool and the engine's admission), which is all such a callback may do.
-void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream);
+/// done, from a CUDA host callback counted in `callbacks` (the caller waits for them before it
+/// ends); at once on a CPU stream. Giving back touches only host state (the pool and the
+/// engine's admission), which is all such a callback may do.
+void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream, model::HostCallbacks& callbacks);
 
 class WindowPool {
  public:
-  /// `count` buffers of `tokens` uint16 tokens each, page-locked when `pinned`.
-  WindowPool(int count, int64_t tokens, bool pinned);
+  /// `count` buffers of `tokens` uint16 tokens each, page-locked when `device` is CUDA (made
+  /// with `device` current, so that the pinned memory belongs to its context and no thread
+  /// creates one on GPU 0, whichever thread allocates: the overflow path runs on TBB's).
+  WindowPool(int count, int64_t tokens, c10::Device device);
 
   struct Window {
     torch::Tensor tokens;                // (tokens) uint16
@@ -68,7 +72,7 @@ class WindowPool {
   std::shared_ptr<graph::ResourcePool> gate_;
   std::vector<torch::Tensor> buffers_;
   int64_t tokens_;
-  bool pinned_;
+  c10::Device device_;
   std::atomic<int64_t> overflows_{0};
 };
 

@@ -8,7 +8,10 @@
 // interrupted run's may end with batches read ahead of its last step). Insert it after pack (on
 // host tensors), e.g.
 //   --set stages.rec.type=record_batches --set stages.rec.input=pack --set stages.h2d.input=rec
+#include <c10/core/DeviceGuard.h>
+
 #include <cstdio>
+#include <optional>
 
 #include "graph/stage.h"
 #include "runner/data_parallel.h"
@@ -46,6 +49,11 @@ class RecordBatches : public graph::Stage {
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& b = in.get<Batch>();
     if (b.index >= end_index_) return out.emit_item(std::move(in));  // read ahead of the last step
+    // After h2d the window is on the device, written on h2d's stream: wait for that copy (a host
+    // wait, on this thread; the copy back runs on this thread's stream, which does not know of
+    // h2d's), with the run's device current for the CUDA calls.
+    c10::OptionalDeviceGuard guard(b.tokens.is_cuda() ? std::optional<c10::Device>(b.tokens.device()) : std::nullopt);
+    if (b.ready) out.add_device_wait(b.ready->wait());
     // x: the window's first B*T tokens (a copy only when on the device).
     auto x = b.tokens.narrow(0, 0, b.B * b.T).to(torch::kCPU).to(torch::kInt32).contiguous();
     const int32_t* p = x.data_ptr<int32_t>();

@@ -2,6 +2,10 @@
 // compute alone. A few distinct windows of B*T+1 uint16 tokens (pinned on CUDA, as pack's are)
 // are made up front and emitted in turn, so the source costs next to nothing per item; they are
 // never rewritten, so no copy out of them needs fencing.
+#include <c10/core/DeviceGuard.h>
+
+#include <optional>
+
 #include "graph/stage.h"
 #include "stages/types.h"
 
@@ -14,6 +18,9 @@ class Synthetic : public graph::Stage {
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(rc_.cfg.run.seed));
     int64_t distinct = ctx.options.get_int("distinct");
+    // Pinned with the run's device current: the memory belongs to its context, and no context
+    // is made on GPU 0 (this runs on the thread that builds the graph).
+    c10::OptionalDeviceGuard guard(rc_.device.is_cuda() ? std::optional<c10::Device>(rc_.device) : std::nullopt);
     for (int64_t i = 0; i < distinct; ++i) {
       auto buf = torch::randint(0, rc_.model.vocab_size, {B * T + 1}, gen, torch::kInt64);  // (B*T+1)
       auto window = buf.to(torch::kUInt16);  // (B*T+1)

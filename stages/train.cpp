@@ -7,12 +7,16 @@
 // device; log reads them once the step is done. With [training] cuda_graph, forward+backward and
 // clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/captured_step.h).
 #include <chrono>
+#include <optional>
+
+#include "base/nvtx.h"
 
 #include "graph/stage.h"
 #include "model/autocast.h"
 #include "model/captured_step.h"
 #include "model/hf_gpt2.h"
 #include "model/optim.h"
+#include "model/reuse_pool.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
 #include "runner/data_parallel.h"
@@ -33,15 +37,18 @@ namespace {
 constexpr int64_t kGraphWarmupSteps = 3;
 
 // Times the phases of one step into a StepTiming: timing events on the device's current stream
-// (CUDA), or the host clock.
+// (CUDA), or the host clock. Each phase is an NVTX range too (Nsight Systems shows it on train's
+// thread, above the kernels it launched).
 class PhaseClock {
  public:
-  PhaseClock(torch::Device device, StepTiming& timing) : device_(device), timing_(timing) {}
-  void begin(const char* phase) {
+  PhaseClock(torch::Device device, StepTiming& timing, model::ReusePool<model::DeviceEvent>& events)
+      : device_(device), timing_(timing), events_(events) {}
+  void begin(const char* phase, const char* range_name) {
+    range_.emplace(range_name);
     StepTiming::Span s{phase, nullptr, nullptr, 0};
     if (device_.is_cuda()) {
-      s.start = std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing);
-      s.end = std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing);
+      s.start = events_.take();  // reused once log has read an earlier step's
+      s.end = events_.take();
       s.start->record_current(device_);
     }
     timing_.spans.push_back(std::move(s));
@@ -53,11 +60,14 @@ class PhaseClock {
       s.end->record_current(device_);
     else
       s.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0_).count();
+    range_.reset();
   }
 
  private:
+  std::optional<NvtxRange> range_;
   torch::Device device_;
   StepTiming& timing_;
+  model::ReusePool<model::DeviceEvent>& events_;
   std::chrono::steady_clock::time_point t0_;
 };
 
@@ -83,7 +93,7 @@ class Train : public graph::Stage {
     const auto& cfg = rc_.cfg;
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
-      c10::cuda::set_device(rc_.device.index());
+      model::use_device(rc_.device);
       stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, rc_.device.index());
       c10::cuda::setCurrentCUDAStream(*stream_);  // this thread's current stream from now on
       // Process-wide: fp32 matmuls (those outside autocast, and all of an fp32 run) on TF32 cores.
@@ -134,10 +144,10 @@ class Train : public graph::Stage {
       timing_ = std::make_shared<StepTiming>();
       timing_->stage = name_;
     }
-    PhaseClock clock(rc_.device, *timing_);
+    PhaseClock clock(rc_.device, *timing_, timing_events_);
     torch::Tensor tokens = on_device(b);  // (B*T+1) uint16, readable on this thread's stream
     if (graphs_) {
-      clock.begin("fwd_bwd");
+      clock.begin("fwd_bwd", "forward+backward (CUDA graph)");
       graphs_->micro_batch(tokens, micro_);
       clock.end();
     } else {
@@ -153,6 +163,7 @@ class Train : public graph::Stage {
     // Stopped before the last step (Ctrl-C, or the data ran out with loop = false): record where
     // we are so `--resume` continues from here. A partial accumulation is dropped; its batches
     // are read again on resume because the cursor is that of the last completed step.
+    out.add_device_wait(callbacks_.wait_all());  // buffers it copied itself (no h2d) are back in the pool
     if (done_) return;
     if (sync_) sync_->end_of_input();  // data parallel: the other ranks stop after this step too
     emit_final_checkpoint(out);
@@ -190,7 +201,7 @@ class Train : public graph::Stage {
       } else if (!b.tokens.is_cuda()) {
         // No h2d stage: copy here, on this stream, and give the buffer back once the copy is done.
         auto dev = b.tokens.to(rc_.device, /*non_blocking=*/true);
-        if (b.lease) release_after(std::move(b.lease), *stream_);
+        if (b.lease) release_after(std::move(b.lease), *stream_, callbacks_);
         return dev;
       }
     }
@@ -200,7 +211,7 @@ class Train : public graph::Stage {
 
   void forward_backward(const torch::Tensor& tokens, Batch& b, PhaseClock& clock, bool last_micro_batch) {
     const auto accum = rc_.cfg.training.grad_accum;
-    clock.begin("fwd");
+    clock.begin("fwd", "forward");
     auto [x, y] = batch_inputs(tokens, b.B, b.T);  // (B, T) int64 each, widened on this stream
     b.lease.reset();  // on the CPU the window has been read: its buffer goes back to pack now
     torch::Tensor loss;
@@ -211,7 +222,7 @@ class Train : public graph::Stage {
     }
     if (accum > 1) loss = loss / static_cast<double>(accum);
     clock.end();
-    clock.begin("bwd");
+    clock.begin("bwd", "backward");
     if (sync_) sync_->before_backward(loss, last_micro_batch);  // all-reduce buckets as gradients fill
     loss.backward();  // outside autocast, as in PyTorch
     clock.end();
@@ -222,7 +233,7 @@ class Train : public graph::Stage {
     const auto& cfg = rc_.cfg;
     const double lr = sched_.at(step_);
     torch::Tensor norm;
-    clock.begin("step");
+    clock.begin("step", "optimizer step");
     if (snapshots_) snapshots_->order_before_update();  // the last snapshot's copies read the weights
     if (graphs_) {
       std::tie(loss_sum_, norm) = graphs_->update(lr);
@@ -263,12 +274,13 @@ class Train : public graph::Stage {
       if (asked) rc_.log->print(name_ + ": checkpoint of step " + std::to_string(step_) + " as asked (SIGUSR1); training goes on");
     }
     if (rc_.device.is_cuda()) {
-      auto pinned = torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true);
-      r.loss = torch::empty({}, pinned);
-      r.grad_norm = torch::empty({}, pinned);
+      // Pooled: the pinned pair and the event come back once log (and eval, checkpoint) let go.
+      auto host = pinned_pairs_.take();  // (2) fp32, pinned
+      r.loss = host[0];
+      r.grad_norm = host[1];
       r.loss.copy_(loss_sum_, /*non_blocking=*/true);
       r.grad_norm.copy_(norm, /*non_blocking=*/true);
-      r.done = std::make_shared<model::DeviceEvent>();
+      r.done = done_events_.take();
       r.done->record_current(rc_.device);  // after the copies, the eval weight clones and the timing events
     } else {
       r.loss = loss_sum_.to(torch::kFloat32);
@@ -340,6 +352,13 @@ class Train : public graph::Stage {
   std::shared_ptr<StepTiming> timing_;  // the step being issued
   DataCursor cursor_, step_cursor_;
   std::unique_ptr<TrainSync> sync_;  // data parallel only
+  model::HostCallbacks callbacks_;   // pinned buffers given back after train's own copies (no h2d)
+  // Per-step objects, reused rather than made and destroyed every step (model/reuse_pool.h).
+  model::ReusePool<model::DeviceEvent> timing_events_{
+      [] { return std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing); }};
+  model::ReusePool<model::DeviceEvent> done_events_{[] { return std::make_shared<model::DeviceEvent>(); }};
+  model::TensorReusePool pinned_pairs_{
+      [] { return torch::empty({2}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true)); }};
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

@@ -1,8 +1,9 @@
 // tools/gpu_report.sh where there is no GPU (here, and in CI): it must stop before building
-// anything, exit 2, and name everything it is missing. And its measuring half (`rerun`: the
-// benchmark, the two pipeline runs and the table), run on the CPU with a tiny model, so that the
-// day a GPU is lent the report does not fail on a format it parses (bench_model's result line,
-// metrics.jsonl, stats_summary.json) or a command line it builds.
+// anything, exit 2, and name everything it is missing. `all` itself (build step, ctest -L gpu,
+// the benchmark, the two pipeline runs, the table), run on the CPU with a tiny model, so that
+// the day a GPU is lent the report does not fail on a format it parses (bench_model's result
+// line, metrics.jsonl, stats_summary.json, ctest's output) or a command line it builds. And the
+// package list it unpacks there: complete for what this build uses.
 #include <unistd.h>
 
 #include <filesystem>
@@ -56,18 +57,25 @@ TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what i
 }
 
 #ifdef PIPELINE_GPU_REPORT_PROGRAMS
-TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its table from real outputs") {
-  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_rerun_" + std::to_string(::getpid()));
+TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real outputs, at most 8 files") {
+  // GPU_REPORT_CPU=1: no GPU or package checks and the test build as it is; everything else is
+  // what the GPU machine runs: the build step, ctest -L gpu (Skipped here), bench_model, the two
+  // pipelines, the table.
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_all_" + std::to_string(::getpid()));
   fs::remove_all(root);
   const std::string env =
-      no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR + " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
+      no_gpu_env(root) + " GPU_REPORT_CPU=1 GPU_REPORT_JOBS=1 PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR +
+      " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
       "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
       "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
       "--set training.seq_len=32 --set training.dtype=fp32'";
-  auto r = report(env, "rerun");
+  auto r = report(env, "all");
   INFO(r.out);
   REQUIRE(r.code == 0);
   CHECK(contains(r.out, "## GPU report: no GPU seen by /nonexistent/nvidia-smi"));
+  CHECK(contains(r.out, "ctest -L gpu: "));
+  CHECK(contains(r.out, "- test_model_gpu: "));  // each gpu test's result
+  CHECK(contains(r.out, "- test_distributed_gpu: "));
   CHECK(contains(r.out, "| bench_model --preset tiny --batch 2 --seq 32"));
   CHECK(contains(r.out, "| eager | "));
   CHECK(contains(r.out, "| cuda_graph | not run |"));
@@ -76,7 +84,17 @@ TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its
   CHECK(contains(r.out, "fwd "));  // the per-phase times of the last step (host_ms on the CPU)
   CHECK(contains(r.out, "input-side cost: gpt2 / gpt2_synthetic tokens/s = "));
   CHECK_FALSE(contains(r.out, "= nan"));
+  // Everything it leaves for the caller is in GPU_REPORT_OUT, as at most 8 plain files.
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(root / "out")) {
+    CAPTURE(e.path());
+    CHECK(e.is_regular_file());
+    ++files;
+  }
+  CHECK(files <= 8);
   CHECK(fs::exists(root / "out" / "gpu_report.md"));
+  CHECK(fs::exists(root / "out" / "ctest.log"));
+  CHECK(fs::exists(root / "out" / "run_gpt2.log"));
 
   // table alone prints it again from the files left behind.
   auto again = report(env, "table");
@@ -85,3 +103,30 @@ TEST_CASE("gpu_report's measuring half, on the CPU with a tiny model, prints its
   fs::remove_all(root);
 }
 #endif
+
+// The package list the GPU machine unpacks is complete for the build it builds: every package
+// whose files this build used (headers, link inputs, tools, run-time libraries) is listed.
+TEST_CASE("tools/gpu_report.debs lists every Debian package this build uses") {
+  const fs::path build = PIPELINE_BINARY_DIR;
+  if (test_util::shell("command -v dpkg && command -v ninja && test -f " + (build / ".ninja_deps").string()).code != 0) {
+    MESSAGE("no dpkg, ninja or ninja build here: nothing to check");
+    return;
+  }
+  auto r = report("PIPELINE_BUILD_DIR=" + build.string(), "packages --check");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "packages the build in"));
+
+  // A list without one of them fails, naming it and a file of it that the build used.
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_list_" + std::to_string(::getpid()));
+  fs::create_directories(root);
+  auto cut = test_util::shell("grep -v '^libzstd-dev$' " + std::string(PIPELINE_SOURCE_DIR) + "/tools/gpu_report.debs > " +
+                              (root / "list").string());
+  REQUIRE(cut.code == 0);
+  auto bad = report("GPU_REPORT_REUSE=1 PIPELINE_BUILD_DIR=" + build.string() + " GPU_REPORT_LIST=" + (root / "list").string(),
+                    "packages --check");
+  INFO(bad.out);
+  CHECK(bad.code == 1);
+  CHECK(contains(bad.out, "libzstd-dev (e.g. /usr/"));
+  fs::remove_all(root);
+}

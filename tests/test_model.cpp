@@ -3,9 +3,11 @@
 // (tests/data/gpt2_tiny_reference.bin, written by tools/gpt2_reference.py).
 #include "model/autocast.h"
 #include "model/checkpoint.h"
+#include "model/device_event.h"
 #include "model/generate.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
+#include "model/reuse_pool.h"
 #include "model/schedule.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -31,6 +33,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test_util::contains;
 using test_util::error_of;
 
 // One intra-op thread: the models here are tiny, so OpenMP barriers cost more than they save,
@@ -184,6 +187,69 @@ TEST_CASE("forward shapes, initial loss, tied head") {
   CHECK(model->lm_head_weight().is_same(model->wte->weight));
   CHECK_THROWS(model(torch::zeros({1, cfg.block_size + 1}, torch::kLong)));
   CHECK_THROWS(model(torch::zeros({4}, torch::kLong)));
+}
+
+// The sliced form the loss had before (and which PyTorch users write): real columns, widened to
+// fp32, then cross_entropy. The fused loss must match it in value and in gradients.
+static torch::Tensor sliced_loss(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab) {
+  auto real = logits.narrow(-1, 0, vocab).reshape({-1, vocab});
+  return torch::nn::functional::cross_entropy(real.to(torch::kFloat), targets.reshape({-1}));
+}
+
+TEST_CASE("the fused loss equals the sliced fp32 cross-entropy: values and gradients, any chunking") {
+  use_one_thread();
+  auto gen = at::detail::createCPUGenerator(11);
+  const int64_t N = 37, Vp = 64, V = 50;
+  auto base = torch::randn({N, Vp}, gen) * 3.0;             // (N, Vp)
+  auto targets = torch::randint(V, {N}, gen, torch::kLong);  // (N)
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    CAPTURE(dtype);
+    auto ref_in = base.to(dtype).detach().requires_grad_(true);
+    auto ref = sliced_loss(ref_in, targets, V);
+    ref.backward();
+    for (const int64_t chunk : {int64_t{1}, int64_t{5}, int64_t{0}, N, int64_t{100}}) {
+      CAPTURE(chunk);
+      auto in = base.to(dtype).detach().requires_grad_(true);
+      auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
+      CHECK((loss.scalar_type() == torch::kFloat));
+      CHECK(loss.dim() == 0);
+      CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-5 * ref.item<double>());
+      (loss * 3.0).backward();  // a non-unit incoming gradient is applied too
+      REQUIRE(in.grad().defined());
+      CHECK((in.grad().scalar_type() == dtype));
+      CHECK(rel_err(in.grad(), ref_in.grad() * 3.0) < (dtype == torch::kFloat ? 1e-5 : 1e-2));
+      CHECK(torch::equal(in.grad().narrow(1, V, Vp - V), torch::zeros({N, Vp - V}, in.grad().options())));
+      torch::NoGradGuard no_grad;  // the forward-only path (eval) gives the same value
+      CHECK(std::abs(m::cross_entropy_real_vocab(in, targets, V, chunk).item<double>() - loss.item<double>()) < 1e-6);
+    }
+  }
+  // The gradient buffer is used up by backward: a second pass is an error, not a wrong answer.
+  auto in = base.detach().requires_grad_(true);
+  auto loss = m::cross_entropy_real_vocab(in, targets, V, 8);
+  loss.backward(/*gradient=*/{}, /*retain_graph=*/true);
+  CHECK(contains(error_of([&] { loss.backward(); }), "backward ran twice"));
+  CHECK(contains(error_of([&] { m::cross_entropy_real_vocab(in, targets.narrow(0, 0, 5), V); }), "expected logits (N, Vp)"));
+}
+
+TEST_CASE("GPT::loss through the model: the gradients of the sliced loss, padded rows of wte untouched") {
+  use_one_thread();
+  auto cfg = tiny(250);  // padded to 256
+  REQUIRE(cfg.padded_vocab_size == 256);
+  m::GPT fused(cfg, 4), sliced(cfg, 4);
+  auto gen = at::detail::createCPUGenerator(2);
+  auto x = torch::randint(250, {3, 16}, gen, torch::kLong), y = torch::randint(250, {3, 16}, gen, torch::kLong);
+  auto a = fused->loss(fused(x), y);
+  auto b = sliced_loss(sliced(x), y, cfg.vocab_size);
+  a.backward();
+  b.backward();
+  CHECK(std::abs(a.item<double>() - b.item<double>()) < 1e-6 * b.item<double>());
+  auto pa = fused->named_parameters(), pb = sliced->named_parameters();
+  for (const auto& item : pa) {
+    CAPTURE(item.key());
+    CHECK(rel_err(item.value().grad(), pb[item.key()].grad()) < 1e-5);
+  }
+  // The padded rows of the tied embedding get no gradient from the loss.
+  CHECK(torch::count_nonzero(fused->wte->weight.grad().narrow(0, 250, 6)).item<int64_t>() == 0);
 }
 
 TEST_CASE("causality: a later token does not change earlier logits") {
@@ -517,4 +583,54 @@ TEST_CASE("parity with the PyTorch reference (tools/gpt2_reference.py)") {
     CHECK(std::abs(got - losses[i].item<float>()) < 1e-4);
   }
   MESSAGE("parity: worst AdamW-step loss difference " << worst_loss << " over " << losses.numel() << " steps");
+}
+
+TEST_CASE("per-step objects are reused only once no one else holds them") {
+  int made = 0;
+  m::ReusePool<int> pool([&] { return std::make_shared<int>(made++); });
+  auto a = pool.take(), b = pool.take();
+  CHECK(a != b);  // a is held: b is another
+  CHECK(pool.size() == 2);
+  a.reset();
+  auto c = pool.take();
+  CHECK(*c == 0);  // a's object, back
+  CHECK(pool.size() == 2);
+  auto d = pool.take();  // b and c held: a new one
+  CHECK(*d == 2);
+  CHECK(pool.size() == 3);
+
+  int tensors = 0;
+  m::TensorReusePool pinned([&] {
+    ++tensors;
+    return torch::zeros({2});
+  });
+  auto t = pinned.take();
+  auto view = t[0];  // a view keeps the storage: not free
+  t = torch::Tensor();
+  auto u = pinned.take();
+  CHECK(tensors == 2);
+  view = torch::Tensor();
+  u = torch::Tensor();
+  pinned.take();
+  CHECK(tensors == 2);  // both free again: no third
+  CHECK(pinned.size() == 2);
+}
+
+TEST_CASE("host callbacks are counted, and one that throws is reported by the wait, not fatal") {
+  m::HostCallbacks callbacks;
+  const c10::Stream cpu = m::current_stream(torch::kCPU);
+  int ran = 0;
+  callbacks.after(cpu, [&] { ++ran; });  // a CPU stream: runs now
+  CHECK(ran == 1);
+  CHECK(callbacks.pending() == 0);
+  callbacks.after(cpu, [] { throw std::runtime_error("pool gone"); });
+  CHECK(contains(error_of([&] { callbacks.wait_all(); }), "a host callback failed: pool gone"));
+  CHECK_NOTHROW(callbacks.wait_all());  // reported once
+  // What a callback captured is released before the count says it ran.
+  auto held = std::make_shared<int>(1);
+  std::weak_ptr<int> watch = held;
+  callbacks.after(cpu, [h = std::move(held)] { (void)h; });
+  callbacks.wait_all();
+  CHECK(watch.expired());
+  CHECK_NOTHROW(m::use_device(torch::kCPU));  // nothing to make current on the CPU
 }

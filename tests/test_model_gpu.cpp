@@ -3,6 +3,7 @@
 // snapshot pool under a concurrent step, CUDA graphs against eager, the attention kernel SDPA
 // takes in bf16, KV-cache sampling. Exits 77 (CTest: skipped) where CUDA is absent.
 #include "model/autocast.h"
+#include "model/device_event.h"
 #include "model/captured_step.h"
 #include "model/checkpoint.h"
 #include "model/generate.h"
@@ -12,10 +13,12 @@
 
 #include <ATen/core/CachingHostAllocator.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #if defined(PIPELINE_HAVE_CUDA) && __has_include(<cuda_runtime_api.h>)
@@ -238,23 +241,27 @@ TEST_CASE("snapshot pool: a step issued right after take() does not leak into th
 }
 
 #ifdef PIPELINE_HAVE_SYNC_DEBUG  // the CUDA headers are there
-TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance") {
+TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance, and the loss falls") {
   auto cfg = tiny();
-  const int64_t B = 4, T = 64;
+  const int64_t B = 4, T = 64, steps = 16;
+  const double lr = 1e-2;
+  // One fixed batch, trained on again and again: its loss must fall step after step. (Fresh
+  // random tokens would keep it near ln 50257 whatever the weights do, and a graph that never
+  // updated them would pass.)
+  auto gen = at::detail::createCPUGenerator(5);
+  const auto window = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);  // (B*T+1)
   auto run = [&](bool graphs) {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
     m::GPT model(cfg, 21);
     model->to(kCuda);
-    m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 3e-3});
-    auto gen = at::detail::createCPUGenerator(5);
+    m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = lr});
     std::vector<float> losses;
     std::unique_ptr<m::CapturedStep> captured;
-    for (int s = 0; s < 12; ++s) {
-      auto window = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);
+    for (int64_t s = 0; s < steps; ++s) {
       torch::Tensor loss;
       if (captured) {
         captured->micro_batch(window, 0);
-        loss = captured->update(3e-3).first;
+        loss = captured->update(lr).first;
       } else {
         auto xx = window.narrow(0, 0, B * T).view({B, T}), yy = window.narrow(0, 1, B * T).view({B, T});
         {
@@ -263,7 +270,7 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance"
         }
         loss.backward();
         m::clip_grad_norm(model->parameters(), 1.0);
-        opt.set_lr(3e-3);
+        opt.set_lr(lr);
         opt.step();
         opt.zero_grad();
       }
@@ -277,6 +284,57 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance"
     CAPTURE(i);
     CHECK(std::abs(graph[i] - eager[i]) < 2e-2 * std::abs(eager[i]));
   }
+  // Every replay (steps 3..15) updated the weights: the loss kept falling after capture.
+  INFO("graph losses: step 3 " << graph[3] << ", step " << steps - 1 << " " << graph.back());
+  CHECK(graph.back() < graph[3] - 0.5);
+  for (int64_t s = 4; s < steps; ++s) CHECK(graph[static_cast<size_t>(s)] < graph[static_cast<size_t>(s) - 1] + 0.05);
+}
+
+// Global capture mode would fail here: another thread waits on events, allocates pinned memory
+// and copies while train's thread captures (h2d, log, eval and pack do all of that in a run).
+TEST_CASE("CUDA graph capture survives other threads' CUDA calls (thread-local capture mode)") {
+  auto cfg = tiny();
+  const int64_t B = 2, T = 32;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::thread busy([&] {
+    c10::cuda::set_device(0);
+    auto stream = c10::cuda::getStreamFromPool(false, 0);
+    c10::cuda::CUDAStreamGuard on(stream);
+    while (!stop.load()) {
+      auto host = torch::empty({4096}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(true));  // cudaHostAlloc
+      auto dev = host.to(kCuda, /*non_blocking=*/true);
+      m::DeviceEvent done;
+      done.record(stream);
+      done.query();  // cudaEventQuery
+      done.wait();   // cudaEventSynchronize
+      calls.fetch_add(1);
+    }
+  });
+  auto window = torch::randint(cfg.vocab_size, {B * T + 1}, torch::kLong).to(kCuda);
+  {
+    c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
+    m::GPT model(cfg, 3);
+    model->to(kCuda);
+    m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 1e-3});
+    for (int s = 0; s < 3; ++s) {  // the eager warm-up steps
+      auto loss = model->loss(model(window.narrow(0, 0, B * T).view({B, T})), window.narrow(0, 1, B * T).view({B, T}));
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    while (calls.load() < 10) std::this_thread::yield();  // the other thread is in its loop
+    for (int attempt = 0; attempt < 5; ++attempt) {  // a fresh capture each time
+      m::CapturedStep captured(model, opt, m::CapturedStepOptions{B, T, 1, 1.0, false});
+      CHECK_NOTHROW(captured.micro_batch(window, 0));
+      CHECK_NOTHROW(captured.update(1e-3));
+      CHECK(std::isfinite(captured.update(1e-3).first.item<float>()));
+      for (auto& p : model->parameters()) p.mutable_grad().reset();  // the next capture starts afresh
+    }
+  }
+  stop = true;
+  busy.join();
+  MESSAGE("the other thread made " << calls.load() << " rounds of CUDA calls");
 }
 #endif
 

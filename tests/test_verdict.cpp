@@ -317,3 +317,100 @@ TEST_CASE("the live verdict does not flicker: a new verdict shows only after it 
   CHECK(t.update(b, changed).stage == "Y");
   CHECK(changed);
 }
+
+namespace {
+
+// src -> tok -> train -> log, by hand: train's thread busy `host`, waiting for input `starved`,
+// its device busy `device` of the run (GPU events when `gpu`, else the host clock), its input
+// queue empty `empty` of the time; tok busy `tok_busy`.
+Snapshot device_run(double host, double starved, double device, bool gpu, double empty, double tok_busy = 0.3) {
+  Snapshot s = ten_steady_seconds();
+  s.stages.push_back(stage("src", 0.1, 0.0, 0.9, true));
+  s.stages.push_back(stage("tok", tok_busy, 1.0 - tok_busy, 0.0));
+  s.stages.push_back(stage("train", host, starved, 1.0 - host - starved));
+  s.stages.back().own_thread = true;
+  s.stages.back().device_busy_s = device * 10;
+  s.stages.back().device_busy_gpu = gpu;
+  s.stages.push_back(stage("log", 0.1, 0.9, 0.0, false, true));
+  for (const auto& [consumer, producer] :
+       std::vector<std::pair<std::string, std::string>>{{"tok", "src"}, {"train", "tok"}, {"log", "train"}}) {
+    QueueStats q;
+    q.consumer = consumer;
+    q.producers = {producer};
+    q.capacity = 4;
+    q.empty = q.steady_empty = consumer == "train" ? empty : 0.1;
+    s.queues.push_back(q);
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the verdict on a device stage: GPU-bound, by the GPU's time, not its launching thread's") {
+  // The thread launches and waits on its full output (log): busy 30%; the GPU is busy 97%.
+  Verdict v = analyze(device_run(0.3, 0.02, 0.97, true, 0.0));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "device");
+  CHECK(v.stage == "train");
+  CHECK(has(v.text, "train: GPU busy 97% in forward, backward and step (device events)"));
+  CHECK(has(v.suggestion, "the GPU is the limit"));
+  // Without the device time, the host rules would have seen no saturated stage.
+  Snapshot plain = device_run(0.3, 0.02, 0.97, true, 0.0);
+  plain.stages[2].device_busy_s = 0;
+  CHECK(analyze(plain).kind == "none");
+}
+
+TEST_CASE("the verdict on a device stage: launch-bound when the thread is busy and the GPU idles") {
+  Verdict v = analyze(device_run(0.95, 0.03, 0.40, true, 0.05));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "launch");
+  CHECK(v.stage == "train");
+  CHECK(has(v.text, "launch-bound: its host thread busy 95% while the GPU is busy 40%"));
+  CHECK(has(v.text, "the GPU idles 60%"));
+  CHECK(has(v.suggestion, "batch_size"));
+  CHECK(has(v.suggestion, "cuda_graph = true"));
+}
+
+TEST_CASE("the verdict on a device stage: waiting for input names the input side's bottleneck") {
+  // tok saturated upstream: the verdict names it (its kind and stage), and says train waits.
+  Verdict v = analyze(device_run(0.2, 0.75, 0.18, true, 0.9, 0.97));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "stage");
+  CHECK(v.stage == "tok");
+  CHECK(has(v.text, "train waits for input: GPU busy 18% (device events), its thread waiting for input 75%, its input queue empty 90%"));
+  CHECK(has(v.text, "the input side's limit: tok: busy 97%"));
+  CHECK(has(v.suggestion, "more tok workers"));
+
+  // Nothing saturated upstream either: the verdict is train's, waiting for input.
+  v = analyze(device_run(0.2, 0.75, 0.18, true, 0.9, 0.5));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "input");
+  CHECK(v.stage == "train");
+  CHECK(has(v.suggestion, "in front of train"));
+}
+
+TEST_CASE("the verdict on a device stage on the CPU: the host clock stands in, and no launch-bound") {
+  Verdict v = analyze(device_run(0.98, 0.01, 0.93, false, 0.0));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "device");
+  CHECK(has(v.text, "train: compute busy 93% in forward, backward and step (host clock: a CPU run)"));
+  CHECK(has(v.suggestion, "[run] threads"));
+  // Busy thread, idle "device" cannot happen with the host clock (the thread is the device):
+  // never called launch-bound.
+  CHECK(analyze(device_run(0.95, 0.03, 0.40, false, 0.05)).kind != "launch");
+  // A device stage that waits on its output (a slow sink) is left to the host rules.
+  Snapshot blocked = device_run(0.2, 0.05, 0.18, true, 0.0);
+  blocked.stages[3] = stage("log", 0.99, 0.01, 0.0, false, true);
+  Verdict b = analyze(blocked);
+  CHECK(b.stage == "log");
+  CHECK(b.kind == "sink");
+}
+
+TEST_CASE("device_busy_gpu survives the JSON round trip") {
+  Snapshot s = device_run(0.3, 0.02, 0.97, true, 0.0);
+  Snapshot back = snapshot_from_json(to_json(s));
+  REQUIRE(back.stage("train"));
+  CHECK(back.stage("train")->device_busy_gpu);
+  CHECK_FALSE(back.stage("tok")->device_busy_gpu);
+  CHECK(analyze(back).kind == "device");
+}

@@ -2,29 +2,42 @@
 # The GPU report: one command for a session that has the GPU machine (tools/device: no network
 # there, torch 2.11.0+cu130 in /opt/torch/.venv). It builds against that torch, runs the `gpu`
 # tests, times the model alone (bench_model, gpt2 at 16x1024 bf16, eager and CUDA graphs) and the
-# whole pipeline (200 steps of gpt2.toml and of gpt2_synthetic.toml), and prints one table.
+# whole pipeline (gpt2.toml and gpt2_synthetic.toml), and writes one table.
 #
-#   tools/gpu_report.sh fetch-debs   here, where apt works: the Debian packages the build needs
-#                                    (.deb files) into .gpu_debs/, to carry to the GPU machine
-#   tools/gpu_report.sh check        what is missing to run here (exit 2 and a list if anything)
-#   tools/gpu_report.sh test         build + ctest -L gpu                       (~6 min)
-#   tools/gpu_report.sh measure      build + benchmarks + the two runs + table  (~6 min)
-#   tools/gpu_report.sh all          all of it (may exceed one 10-minute device call)
-#   tools/gpu_report.sh table        the table again, from the files the last measure left
+#   tools/gpu_report.sh packages [--check|--write]
+#                         here, after a build: the Debian packages that build used (ninja's
+#                         dependency log, the libraries it linked and its binaries load, the tools
+#                         it ran), mapped with dpkg -S; --check fails naming those missing from
+#                         tools/gpu_report.debs, --write rewrites that list
+#   tools/gpu_report.sh fetch-debs   here, where apt works: the listed packages' .debs into
+#                         .gpu_debs/, to carry to the GPU machine
+#   tools/gpu_report.sh check        what is missing (exit 2 and a list if anything); then the
+#                         real configure step against the unpacked packages, with the system's
+#                         own /usr left out of CMake's search (exit 1 and the log if it fails)
+#   tools/gpu_report.sh all          check, build, ctest -L gpu, measure, table: one 10-minute call
+#   tools/gpu_report.sh test         check, build, ctest -L gpu
+#   tools/gpu_report.sh measure      check, build, benchmarks, the two runs, table
+#   tools/gpu_report.sh table        the table again, from what the last run left
 #   tools/gpu_report.sh rerun        measure again with the programs already built, no checks
 #
-# On the GPU machine (each call under 10 minutes; the build is reused while the machine is warm):
-#   device run, carry [".gpu_debs"]:  tools/gpu_report.sh test
-#   device run, carry [".gpu_debs"]:  tools/gpu_report.sh measure
-# The .debs are unpacked with `dpkg -x` into .gpu_root/ (never into /) and found from there.
+# On the GPU machine (one call, nothing cached; the build takes most of it):
+#   device run, carry [".gpu_debs"]:  tools/gpu_report.sh all
+# Its files come back from $OUT: at most 8 (gpu_report.md with the table and the ctest summary,
+# build.log, ctest.log, bench.log, run_gpt2.log, run_gpt2_synthetic.log, nvidia-smi.txt). The
+# .debs are unpacked with `dpkg -x` into .gpu_root/ (never into /) and found from there.
 #
 # Environment: GPU_REPORT_TORCH_PY (python with CUDA torch; default /opt/torch/.venv/bin/python3),
 # GPU_REPORT_DEBS (default .gpu_debs), GPU_REPORT_PREFIX (default .gpu_root), PIPELINE_BUILD_DIR
-# (default build-gpu), GPU_REPORT_OUT (default $OUT when set, else BUILD/gpu_report),
-# GPU_REPORT_STEPS (default 200), GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS
-# (bench_model's arguments; default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager
-# cuda_graph"), GPU_REPORT_RUN_ARGS (more arguments to both runs, e.g. --set run.device=cpu: the
-# CPU test of this script runs `rerun` on a tiny model with them).
+# (default build-gpu; build for `packages`), GPU_REPORT_OUT (the report's folder; default $OUT
+# when set, else BUILD/gpu_report), GPU_REPORT_STEPS (steps of each run, default 150),
+# GPU_REPORT_BUDGET_S (seconds the whole call may take, default 570: a phase that no longer fits
+# is skipped and says so in the table), GPU_REPORT_JOBS (build jobs, default nproc),
+# GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS (bench_model's arguments;
+# default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager cuda_graph"),
+# GPU_REPORT_RUN_ARGS (more arguments to both runs), GPU_REPORT_LIST (the package list; default
+# tools/gpu_report.debs), GPU_REPORT_WORK (default BUILD/gpu_report_work), GPU_REPORT_CPU=1 (a
+# CPU machine: no GPU to look for; `all` then uses the build directory as it is, with no .debs,
+# and `check` configures against the .debs as on the GPU machine).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,24 +45,145 @@ MODE=${1:-all}
 TORCH_PY=${GPU_REPORT_TORCH_PY:-/opt/torch/.venv/bin/python3}
 DEBS=${GPU_REPORT_DEBS:-$ROOT/.gpu_debs}
 PREFIX=${GPU_REPORT_PREFIX:-$ROOT/.gpu_root}
-BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-gpu}
+if [[ $MODE == packages ]]; then BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build}; else BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-gpu}; fi
 OUTDIR=${GPU_REPORT_OUT:-${OUT:-$BUILD/gpu_report}}
-STEPS=${GPU_REPORT_STEPS:-200}
+WORK=${GPU_REPORT_WORK:-$BUILD/gpu_report_work}  # run directories and benchmark results: the table reads them, OUT gets none
+STEPS=${GPU_REPORT_STEPS:-150}
+BUDGET=${GPU_REPORT_BUDGET_S:-570}
+JOBS=${GPU_REPORT_JOBS:-$(nproc)}
 NVIDIA_SMI=${GPU_REPORT_NVIDIA_SMI:-nvidia-smi}
 BENCH_ARGS=${GPU_REPORT_BENCH_ARGS:---preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5 --dtype bf16}
 BENCH_MODES=${GPU_REPORT_BENCH_MODES:-eager cuda_graph}
 RUN_ARGS=${GPU_REPORT_RUN_ARGS:-}
+CPU_MODE=${GPU_REPORT_CPU:-0}
 ARCH=x86_64-linux-gnu
+LIST=${GPU_REPORT_LIST:-$ROOT/tools/gpu_report.debs}
 
-# What the build needs beyond a compiler, CMake, ninja and torch: the -dev packages of
-# tools/setup.sh's list and the runtime libraries their .so links point to. pkgconf finds zstd.
-DEB_PACKAGES=(libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 libhwloc15 libzstd-dev libzstd1
-              libtomlplusplus-dev libtomlplusplus3 libconcurrentqueue-dev doctest-dev libicu-dev libicu72
-              pkgconf pkgconf-bin libpkgconf3)
+# What the build needs beyond a C++ compiler, CMake, ninja and torch: tools/gpu_report.debs,
+# derived from a real build by `packages --write` and checked by tests/test_gpu_report.cpp.
+DEB_PACKAGES=()
+while read -r p _; do [[ -n $p && $p != \#* ]] && DEB_PACKAGES+=("$p"); done <"$LIST"
 
 say() { printf '[gpu_report] %s\n' "$*" >&2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d'; }
+left() { echo $((BUDGET - SECONDS)); }
 
-usage() { sed -n '2,31p' "$0"; }
+# ---------------------------------------------------------------------------------------------
+# The package list, by construction.
+
+# Files under the system's directories that the build in $BUILD used: every header in ninja's
+# dependency log, every library and tool its build files and CMake cache name (a package's CMake
+# config by the files in its directory), and what its binaries and those tools load at run time.
+used_files() {
+  [[ -f $BUILD/build.ninja && -f $BUILD/.ninja_deps ]] ||
+    { echo "gpu_report: $BUILD is not a built ninja build directory (build first: tools/setup.sh --no-run)" >&2; exit 2; }
+  local sys='^/(usr|lib|lib64|bin|sbin|etc)/'
+  {
+    ninja -C "$BUILD" -t deps | awk '/^ +\//{print $1}'
+    grep -ohE '/(usr|lib|bin|sbin)/[^ ;:"$)]+' "$BUILD/build.ninja" "$BUILD/CMakeCache.txt" "$BUILD"/CMakeFiles/*.cmake 2>/dev/null || true
+  } | grep -E "$sys" | sort -u >"$WORK/paths.txt"
+  local f
+  : >"$WORK/files.txt"
+  while read -r f; do
+    if [[ -f $f ]]; then
+      echo "$f"
+      [[ -L $f ]] && readlink -f "$f"  # a link's target may be another package's (pkg-config -> pkgconf)
+    elif [[ -d $f && $f != /usr/include && $f != /usr/lib/$ARCH && $f != /usr/lib && $f != /usr/bin ]]; then
+      find "$f" -maxdepth 1 -name '*.cmake' 2>/dev/null  # a package's CMake config directory
+    fi
+  done <"$WORK/paths.txt" >>"$WORK/files.txt"
+  # What those CMake configs import must exist at configure time even if nothing links it
+  # (TBB's names tbbmalloc's library: libtbbmalloc2).
+  grep -h '\.cmake$' "$WORK/files.txt" | xargs -r grep -ohE '\$\{_IMPORT_PREFIX\}/[^" ;)]+' 2>/dev/null |
+    sed 's#^\${_IMPORT_PREFIX}#/usr#' | sort -u | while read -r f; do [[ -f $f ]] && echo "$f"; done >>"$WORK/files.txt" || true
+  # Run-time libraries of the binaries built.
+  find "$BUILD/tools" "$BUILD/tests" -maxdepth 1 -type f -perm -u+x 2>/dev/null |
+    while read -r f; do ldd "$f" 2>/dev/null | awk '$3 ~ /^\//{print $3}'; done >>"$WORK/files.txt"
+  sort -u -o "$WORK/files.txt" "$WORK/files.txt"
+}
+
+# Run-time libraries of the programs the build ran (protoc, zstd, pkgconf), except those the
+# compiler and the build tools bring (their packages are never listed).
+program_libraries() {
+  local f pkg
+  grep -E '^/(usr/)?s?bin/' "$WORK/files.txt" | while read -r f; do
+    pkg=$(dpkg -S "$f" 2>/dev/null | head -1 | sed 's/: .*//; s/:.*//') || true
+    [[ -n $pkg ]] && ! grep -qx "$pkg" "$WORK/toolchain.txt" || continue
+    ldd "$f" 2>/dev/null | awk '$3 ~ /^\//{print $3}'
+  done
+}
+
+# What a machine with a C++ compiler has anyway (g++ and everything it depends on), and the
+# build tools the GPU machine brings itself (CMake and ninja from the torch venv): never listed.
+toolchain_packages() {
+  { apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks --no-replaces \
+      --no-enhances g++ 2>/dev/null | grep -v '^ ' | grep -v '^<'
+    printf '%s\n' g++ cmake cmake-data ninja-build ccache make
+    # and what every Debian system has (essential and required packages: coreutils, libc6, ...)
+    dpkg-query -W -f='${Package} ${Essential} ${Priority}\n' | awk '$2 == "yes" || $3 == "required" {print $1}'
+  } | sed 's/:.*//' | sort -u
+}
+
+# dpkg -S over many files: "package" lines, one per package. Merged /usr: dpkg knows a library
+# as /lib/X or as /usr/lib/X depending on the package, so a path it does not know is asked again
+# the other way.
+owners() {
+  local unknown
+  xargs -r dpkg -S <"$WORK/files.txt" 2>"$WORK/dpkg.err" | sed 's/: .*//' | tr ',' '\n' | sed 's/^ *//; s/:.*//' >"$WORK/owners.txt" || true
+  unknown=$(sed -n 's/^dpkg-query: no path found matching pattern //p' "$WORK/dpkg.err" | sed 's#^/usr/#/#; t; s#^/#/usr/#' || true)
+  if [[ -n $unknown ]]; then
+    printf '%s\n' $unknown | xargs -r dpkg -S 2>/dev/null | sed 's/: .*//' | tr ',' '\n' | sed 's/^ *//; s/:.*//' >>"$WORK/owners.txt" || true
+  fi
+  sort -u "$WORK/owners.txt"
+}
+
+packages() {
+  command -v dpkg >/dev/null && command -v ninja >/dev/null ||
+    { echo "gpu_report: packages needs dpkg and ninja (a Debian machine with the build)" >&2; exit 2; }
+  mkdir -p "$WORK"
+  # GPU_REPORT_REUSE=1: what the last derivation found (a test checks two lists against one build).
+  if [[ ${GPU_REPORT_REUSE:-0} != 1 || ! -s $WORK/needed.txt ]]; then
+    toolchain_packages >"$WORK/toolchain.txt"
+    used_files
+    program_libraries >>"$WORK/files.txt"
+    sort -u -o "$WORK/files.txt" "$WORK/files.txt"
+    owners >"$WORK/used.txt"
+    # Libraries are needed whoever else would bring them: CMake is told to find them in the
+    # unpacked tree, where a -dev package's libfoo.so links to its runtime package's file. Only
+    # the compiler's own run-time libraries are left to the machine's compiler.
+    grep -E '\.so(\.[0-9]+)*$' "$WORK/files.txt" >"$WORK/libs.txt" || true
+    cp "$WORK/files.txt" "$WORK/all_files.txt"
+    cp "$WORK/libs.txt" "$WORK/files.txt"
+    owners | grep -vE '^(libc6|libc6-dev|libstdc\+\+.*|libgcc.*|libgomp.*|libatomic.*|libquadmath.*|libcrypt.*|linux-libc-dev)$' \
+      >"$WORK/lib_owners.txt" || true
+    mv "$WORK/all_files.txt" "$WORK/files.txt"
+    { comm -23 "$WORK/used.txt" "$WORK/toolchain.txt"; cat "$WORK/lib_owners.txt"; } | sort -u >"$WORK/needed.txt"
+  fi
+  case ${1:-} in
+    --write)
+      { echo "# The Debian packages whose files the build uses (headers, libraries, tools, run-time libraries),"
+        echo "# beyond a C++ compiler, CMake and ninja: written by 'tools/gpu_report.sh packages --write' from"
+        echo "# a build; tests/test_gpu_report.cpp fails when the build uses a package missing here."
+        cat "$WORK/needed.txt"
+      } >"$LIST"
+      say "$(wc -l <"$WORK/needed.txt") packages written to $LIST" ;;
+    --check)
+      printf '%s\n' "${DEB_PACKAGES[@]}" | sort -u >"$WORK/listed.txt"
+      local missing
+      missing=$(comm -23 "$WORK/needed.txt" "$WORK/listed.txt")
+      if [[ -n $missing ]]; then
+        echo "gpu_report: the build in $BUILD uses files of packages that tools/gpu_report.debs does not list:" >&2
+        local p
+        for p in $missing; do
+          echo "  - $p (e.g. $(dpkg -L "$p" 2>/dev/null | grep -Fx -f "$WORK/files.txt" | head -1 || true))" >&2
+        done
+        echo "add them (tools/gpu_report.sh packages --write), or the GPU machine's configure or build fails" >&2
+        exit 1
+      fi
+      say "all $(wc -l <"$WORK/needed.txt") packages the build in $BUILD uses are listed" ;;
+    *) cat "$WORK/needed.txt" ;;
+  esac
+}
 
 fetch_debs() {
   command -v apt-get >/dev/null || { echo "gpu_report: fetch-debs needs apt-get (run it on a Debian/Ubuntu machine with network)" >&2; exit 2; }
@@ -59,17 +193,22 @@ fetch_debs() {
   say "$(find "$DEBS" -name "*.deb" | wc -l) .deb files in $DEBS (git-ignored); carry it: device run with carry [\".gpu_debs\"]"
 }
 
+# ---------------------------------------------------------------------------------------------
+# On the GPU machine.
+
 # Everything that is missing, all at once; exit 2 naming it.
-check() {
+check_present() {
   local missing=()
-  if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
+  if [[ $CPU_MODE == 1 ]]; then
+    :  # the CPU test: no GPU to look for
+  elif ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
     missing+=("an NVIDIA GPU: $NVIDIA_SMI is not on PATH (this is not the GPU machine)")
   elif ! "$NVIDIA_SMI" -L 2>/dev/null | grep -q '^GPU'; then
     missing+=("an NVIDIA GPU: $NVIDIA_SMI -L lists none")
   fi
   if [[ ! -x $TORCH_PY ]]; then
     missing+=("torch with CUDA: no python at $TORCH_PY (set GPU_REPORT_TORCH_PY)")
-  elif ! "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  elif [[ $CPU_MODE != 1 ]] && ! "$TORCH_PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     missing+=("torch with CUDA: $TORCH_PY has no torch that sees a GPU")
   fi
   local venv_bin
@@ -90,92 +229,131 @@ check() {
   export PATH=$venv_bin:$PATH
 }
 
-# The .debs, unpacked into PREFIX (once), and the environment that finds them.
+# The .debs, unpacked into PREFIX (once), and the environment that finds them there.
 use_debs() {
   if [[ ! -f $PREFIX/.unpacked ]]; then
     say "unpacking ${#DEB_PACKAGES[@]} packages into $PREFIX"
     mkdir -p "$PREFIX"
     local p
     for p in "${DEB_PACKAGES[@]}"; do dpkg-deb -x "$(compgen -G "$DEBS/${p}_*.deb" | head -1)" "$PREFIX"; done
+    # Absolute links (zlib1g-dev's libz.so -> /lib/.../libz.so.1.2.13) would leave the tree:
+    # point them at the unpacked file.
+    local link target t
+    while read -r link; do
+      target=$(readlink "$link")
+      for t in "$PREFIX$target" "$PREFIX/usr$target"; do
+        if [[ -e $t ]]; then ln -sfn "$t" "$link"; break; fi
+      done
+    done < <(find "$PREFIX" -type l -lname '/*')
     touch "$PREFIX/.unpacked"
   fi
-  export LD_LIBRARY_PATH=$PREFIX/usr/lib/$ARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export PATH=$PREFIX/usr/bin:$PATH
+  export LD_LIBRARY_PATH=$PREFIX/usr/lib/$ARCH:$PREFIX/lib/$ARCH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # pkg-config sees the unpacked .pc files only, their /usr paths moved under PREFIX.
   export PKG_CONFIG_LIBDIR=$PREFIX/usr/lib/$ARCH/pkgconfig:$PREFIX/usr/share/pkgconfig
   export PKG_CONFIG_SYSROOT_DIR=$PREFIX
 }
 
-build() {
+# The real configure step. With the packages unpacked, the system's /usr is left out of CMake's
+# search: a package missing from the list fails here, not half-way through the build.
+configure() {
   local torch_dir
   torch_dir=$("$TORCH_PY" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "share/cmake/Torch"))')
-  if [[ ! -f $BUILD/build.ninja ]]; then
-    say "configuring $BUILD against $torch_dir"
-    cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
-      -DCMAKE_PREFIX_PATH="$PREFIX/usr;$PREFIX/usr/lib/$ARCH/cmake" -DICU_ROOT="$PREFIX/usr" \
-      -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DPIPELINE_WERROR=OFF >"$OUTDIR/configure.log" 2>&1 ||
-      { tail -30 "$OUTDIR/configure.log" >&2; exit 1; }
+  [[ ${1:-} != force && -f $BUILD/build.ninja ]] && return 0
+  say "configuring $BUILD against $torch_dir and the packages in $PREFIX"
+  mkdir -p "$BUILD"
+  if ! cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_dir" \
+      -DPIPELINE_TORCH_PYTHON="$TORCH_PY" \
+      -DCMAKE_PREFIX_PATH="$PREFIX/usr;$PREFIX/usr/lib/$ARCH/cmake" -DCMAKE_SYSTEM_IGNORE_PREFIX_PATH=/usr \
+      -DOPENSSL_ROOT_DIR="$PREFIX/usr" -DZLIB_ROOT="$PREFIX/usr" -DICU_ROOT="$PREFIX/usr" \
+      -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DPIPELINE_WERROR=OFF >"$WORK/configure.log" 2>&1; then
+    cat "$WORK/configure.log" >>"$OUTDIR/build.log"
+    tail -30 "$WORK/configure.log" >&2
+    rm -f "$BUILD/build.ninja"  # configure again next time
+    echo "gpu_report: the configure step failed against the unpacked packages; log: $OUTDIR/build.log" >&2
+    exit 1
   fi
-  say "building ($(nproc) jobs)"
-  cmake --build "$BUILD" -j"$(nproc)" --target pipeline bench_model test_model_gpu test_train_gpu >"$OUTDIR/build.log" 2>&1 ||
-    { tail -40 "$OUTDIR/build.log" >&2; exit 1; }
+  cat "$WORK/configure.log" >>"$OUTDIR/build.log"
+}
+
+build() {
+  local targets=(pipeline bench_model)
+  [[ $MODE == measure ]] || targets+=(test_model_gpu test_train_gpu test_distributed_gpu)
+  say "building ${targets[*]} ($JOBS jobs)"
+  if ! cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" >>"$OUTDIR/build.log" 2>&1; then
+    tail -40 "$OUTDIR/build.log" >&2
+    echo "gpu_report: the build failed; log: $OUTDIR/build.log" >&2
+    exit 1
+  fi
 }
 
 run_tests() {
   say "ctest -L gpu"
-  local status=0
-  (cd "$BUILD" && ctest -L gpu --output-on-failure) 2>&1 | tee "$OUTDIR/ctest.log" || status=$?
-  grep -E 'tests passed|tests failed' "$OUTDIR/ctest.log" | tail -1 >"$BUILD/gpu_tests.txt" || true
+  local status=0 budget
+  budget=$(($(left) - 240))  # what the measurements need is kept for them
+  ((budget > 60)) || budget=60
+  (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout "$budget" --stop-time "$(date -d "+$budget sec" +%H:%M:%S)") \
+    >"$OUTDIR/ctest.log" 2>&1 || status=$?
+  tail -5 "$OUTDIR/ctest.log" >&2
+  { grep -E 'tests passed|tests failed' "$OUTDIR/ctest.log" | tail -1 || echo "no summary (see ctest.log)"
+    grep -E '^ *[0-9]+/[0-9]+ Test +#' "$OUTDIR/ctest.log" | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: //; s/ +\.+ */: /' || true
+  } >"$WORK/ctest_summary.txt"
   return $status
 }
 
 measure() {
   local mode line
-  rm -f "$OUTDIR"/bench_*.result
+  rm -rf "$WORK"/bench_*.result "$WORK"/run_*
+  : >"$OUTDIR/bench.log"
   for mode in $BENCH_MODES; do
+    if (($(left) < 90)); then say "bench_model ($mode) skipped: the time budget is spent"; continue; fi
     say "bench_model $BENCH_ARGS ($mode)"
     local flag=""
     [[ $mode == cuda_graph ]] && flag=--cuda-graph
+    echo "== bench_model $BENCH_ARGS $flag" >>"$OUTDIR/bench.log"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
-    if ! "$BUILD/tools/bench_model" $BENCH_ARGS $flag >"$OUTDIR/bench_$mode.log" 2>&1; then
-      tail -20 "$OUTDIR/bench_$mode.log" >&2
-      echo "gpu_report: bench_model ($mode) failed; log: $OUTDIR/bench_$mode.log" >&2
+    if ! "$BUILD/tools/bench_model" $BENCH_ARGS $flag >"$WORK/bench_$mode.log" 2>&1; then
+      cat "$WORK/bench_$mode.log" >>"$OUTDIR/bench.log"
+      tail -20 "$WORK/bench_$mode.log" >&2
+      echo "gpu_report: bench_model ($mode) failed; log: $OUTDIR/bench.log" >&2
       exit 1
     fi
-    cat "$OUTDIR/bench_$mode.log"
-    line=$(grep '^result ' "$OUTDIR/bench_$mode.log" || true)
+    cat "$WORK/bench_$mode.log" >>"$OUTDIR/bench.log"
+    line=$(grep '^result ' "$WORK/bench_$mode.log" || true)
     [[ -n $line ]] || { echo "gpu_report: bench_model $mode printed no result line" >&2; exit 1; }
-    printf '%s\n' "$line" >"$OUTDIR/bench_$mode.result"
+    printf '%s\n' "$line" >"$WORK/bench_$mode.result"
   done
   local cfg
   for cfg in gpt2 gpt2_synthetic; do
+    if (($(left) < 75)); then say "pipeline run $cfg.toml skipped: the time budget is spent"; continue; fi
     say "pipeline run $cfg.toml, $STEPS steps"
-    rm -rf "$OUTDIR/run_$cfg"
     # shellcheck disable=SC2086  # RUN_ARGS is a list of words
     if ! (cd "$ROOT" && "$BUILD/tools/pipeline" run "$cfg.toml" --set training.steps="$STEPS" --set eval.every=0 \
       --set checkpoint.every=0 --set checkpoint.at_end=false --set logging.live=off \
-      --set run.dir="$OUTDIR/run_$cfg" $RUN_ARGS) >"$OUTDIR/run_$cfg.log" 2>&1; then
+      --set run.dir="$WORK/run_$cfg" $RUN_ARGS) >"$OUTDIR/run_$cfg.log" 2>&1; then
       tail -20 "$OUTDIR/run_$cfg.log" >&2
       echo "gpu_report: pipeline run $cfg.toml failed; log: $OUTDIR/run_$cfg.log" >&2
       exit 1
     fi
-    tail -25 "$OUTDIR/run_$cfg.log"
   done
-  table | tee "$OUTDIR/gpu_report.md"
 }
 
 table() {
   local py=$TORCH_PY gpu
   [[ -x $py ]] || py=python3
   gpu=$("$NVIDIA_SMI" -L 2>/dev/null | head -1 || true)
-  "$py" - "$OUTDIR" "$BUILD/gpu_tests.txt" "${gpu:-no GPU seen by $NVIDIA_SMI}" "$BENCH_ARGS" <<'EOF'
+  "$py" - "$WORK" "${gpu:-no GPU seen by $NVIDIA_SMI}" "$BENCH_ARGS" "$SECONDS" <<'EOF'
 import json, os, sys
-out, tests_file, gpu, bench_args = sys.argv[1:5]
+work, gpu, bench_args, seconds = sys.argv[1:5]
 
 def bench(mode):
-    words = open(os.path.join(out, f"bench_{mode}.result")).read().split()
+    words = open(os.path.join(work, f"bench_{mode}.result")).read().split()
     return dict(w.split("=", 1) for w in words[1:])
 
 def run(cfg):
-    d = os.path.join(out, f"run_{cfg}")
+    d = os.path.join(work, f"run_{cfg}")
+    if not os.path.exists(os.path.join(d, "stats_summary.json")):
+        return None
     steps = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if '"loss"' in l]
     summary = json.load(open(os.path.join(d, "stats_summary.json")))
     train = next(s for s in summary["stages"] if s["type"] == "train")
@@ -189,13 +367,17 @@ def run(cfg):
         "verdict": summary.get("verdict", {}).get("text", ""),
     }
 
-tests = open(tests_file).read().strip() if os.path.exists(tests_file) else "not run on this machine yet (tools/gpu_report.sh test)"
+summary_file = os.path.join(work, "ctest_summary.txt")
+tests = open(summary_file).read().strip().splitlines() if os.path.exists(summary_file) else ["not run (tools/gpu_report.sh test or all)"]
 print(f"\n## GPU report: {gpu}\n")
-print(f"ctest -L gpu: {tests}\n")
+print(f"ctest -L gpu: {tests[0]}\n")
+for t in tests[1:]:
+    print(f"- {t}")
+print()
 print(f"| bench_model {bench_args} | ms/step | tokens/s | MFU | peak memory |")
 print("| --- | --- | --- | --- | --- |")
 for mode in ("eager", "cuda_graph"):
-    if not os.path.exists(os.path.join(out, f"bench_{mode}.result")):
+    if not os.path.exists(os.path.join(work, f"bench_{mode}.result")):
         print(f"| {mode} | not run | | | |")
         continue
     b = bench(mode)
@@ -206,28 +388,55 @@ print()
 print("| pipeline run | steps | tokens/s | ms/step | train GPU busy | last step, ms per phase | verdict |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for cfg, r in rows.items():
+    if r is None:
+        print(f"| {cfg}.toml | not run | | | | | |")
+        continue
     phases = ", ".join(f"{k} {v:.1f}" for k, v in r["phases"].items())
     print(f"| {cfg}.toml | {r['steps']} | {r['tok_s']:,.0f} | {r['ms']:.1f} | {100 * r['busy']:.0f}% | {phases} | {r['verdict']} |")
-ratio = rows["gpt2"]["tok_s"] / rows["gpt2_synthetic"]["tok_s"] if rows["gpt2_synthetic"]["tok_s"] else float("nan")
-print(f"\ninput-side cost: gpt2 / gpt2_synthetic tokens/s = {ratio:.3f} (goal >= 0.99)")
+if rows["gpt2"] and rows["gpt2_synthetic"] and rows["gpt2_synthetic"]["tok_s"]:
+    ratio = rows["gpt2"]["tok_s"] / rows["gpt2_synthetic"]["tok_s"]
+    print(f"\ninput-side cost: gpt2 / gpt2_synthetic tokens/s = {ratio:.3f} (goal >= 0.99)")
+print(f"\n(the report took {seconds} s)")
 EOF
+}
+
+# `all`, `test` and `measure`: everything checked before anything is built.
+prepare() {
+  if [[ $CPU_MODE == 1 ]]; then  # the CPU test: the build directory as it is
+    [[ -f $BUILD/build.ninja ]] || { echo "gpu_report: GPU_REPORT_CPU=1 needs a configured build in $BUILD" >&2; exit 2; }
+    mkdir -p "$OUTDIR" "$WORK"
+    : >"$OUTDIR/build.log"
+    return
+  fi
+  check_present  # before anything is made
+  mkdir -p "$OUTDIR" "$WORK"
+  rm -f "$OUTDIR/build.log"
+  use_debs
+  "$NVIDIA_SMI" >"$OUTDIR/nvidia-smi.txt" 2>&1 || true
+  configure
 }
 
 case $MODE in
   -h|--help|help) usage ;;
+  packages) packages "${2:-}" ;;
   fetch-debs) fetch_debs ;;
   table) table ;;
-  rerun) mkdir -p "$OUTDIR"; measure ;;
-  check) check; say "all present" ;;
-  test|measure|all)
-    check
-    mkdir -p "$OUTDIR"
+  rerun) mkdir -p "$OUTDIR" "$WORK"; measure; table | tee "$OUTDIR/gpu_report.md" ;;
+  check)
+    check_present
+    mkdir -p "$OUTDIR" "$WORK"
+    rm -f "$OUTDIR/build.log"
     use_debs
+    configure force
+    say "all present; configured $BUILD against the unpacked packages" ;;
+  test|measure|all)
+    prepare
     build
     status=0
     if [[ $MODE != measure ]]; then run_tests || status=$?; fi
     if [[ $MODE != test ]]; then measure; fi
+    table | tee "$OUTDIR/gpu_report.md"
     exit $status
     ;;
-  *) echo "gpu_report: unknown mode '$MODE' (fetch-debs | check | test | measure | all | table | rerun; see --help)" >&2; exit 2 ;;
+  *) echo "gpu_report: unknown mode '$MODE' (packages | fetch-debs | check | test | measure | all | table | rerun; see --help)" >&2; exit 2 ;;
 esac

@@ -317,6 +317,7 @@ Snapshot Monitor::snapshot(bool finished, bool report) {
     x.cpu_s = cpu_ns / 1e9;
     x.device_wait_s = device_wait_ns / 1e9;
     x.device_busy_s = st.device_busy_ns.load(std::memory_order_relaxed) / 1e9;
+    x.device_busy_gpu = st.device_busy_gpu.load(std::memory_order_relaxed);
     // Idle worker time, split in the proportions the samples saw.
     double idle = std::max(0.0, x.wall_s * x.workers - x.busy_s);
     double seen = st.idle_starved_w + st.idle_blocked_w + st.idle_order_w + st.idle_ready_w;

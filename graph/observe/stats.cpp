@@ -93,7 +93,8 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"busy_s\":" << x.busy_s << ",\"starved_s\":" << x.starved_s << ",\"blocked_s\":" << x.blocked_s
        << ",\"order_wait_s\":" << x.order_wait_s << ",\"ready_s\":" << x.ready_s << ",\"cpu_s\":" << x.cpu_s
        << ",\"wall_s\":" << x.wall_s << ",\"device_wait_s\":" << x.device_wait_s
-       << ",\"device_busy_s\":" << x.device_busy_s << ",\"window_items_per_s\":" << x.window_items_per_s
+       << ",\"device_busy_s\":" << x.device_busy_s << ",\"device_busy_gpu\":" << (x.device_busy_gpu ? "true" : "false")
+       << ",\"window_items_per_s\":" << x.window_items_per_s
        << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
        << ",\"steady\":";
     span_json(os, x.steady);
@@ -166,6 +167,7 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.wall_s = x.number("wall_s");
     st.device_wait_s = x.number("device_wait_s");
     st.device_busy_s = x.number("device_busy_s");
+    st.device_busy_gpu = x.flag("device_busy_gpu");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
     st.rank = static_cast<int>(x.number("rank", -1));

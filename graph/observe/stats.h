@@ -35,6 +35,7 @@ struct StageStats {
   double wall_s = 0;        // seconds the stage has existed (per worker)
   double device_wait_s = 0;  // part of busy_s spent waiting on the device (Emitter::add_device_wait)
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
+  bool device_busy_gpu = false;  // device_busy_s from GPU events (false: the host clock stood in)
   // Over the last report window (live view): rate and busy share.
   double window_items_per_s = 0, window_busy = 0;
   int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)

@@ -19,11 +19,21 @@
 //      the graph through the ordered consumer after it.
 //   5. A source is named only when it is busy ("limited by source read"), never because it is
 //      blocked; with no stage saturated the verdict says where the idle time went.
+//   6. A stage that does device work (train: its forward, backward and step are timed with CUDA
+//      events, device_busy_s) is judged by the device's time, not its host thread's: a thread
+//      that only launches kernels can be idle while the GPU is saturated. Over the whole run:
+//        GPU-bound: the device busy >= `saturated` (on the CPU the host clock stands in, and
+//          the verdict says so);
+//        launch-bound: the device idles while the host thread is busy (CUDA only): launches,
+//          not kernels, are the limit;
+//        waiting for input: the device and the thread idle, the input queue empty: the input
+//          side's bottleneck (rules 1-5 on the rest) is named, with the device's share.
 #include "graph/observe/verdict.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 namespace pipeline::graph {
 
@@ -70,7 +80,10 @@ void each_output(const Snapshot& s, const std::string& name, F f) {
 
 std::string verdict_key(const Verdict& v) { return v.kind + "|" + v.stage; }
 
-Verdict analyze(const Snapshot& s, double saturated) {
+namespace {
+
+// Rules 1-5: the stages' host-side shares.
+Verdict analyze_host(const Snapshot& s, double saturated) {
   View view{s, s.has_steady(), {}};
   for (const auto& x : s.stages) view.whole_.push_back(x.whole_run());
   Verdict v;
@@ -267,6 +280,79 @@ Verdict analyze(const Snapshot& s, double saturated) {
     v.suggestion = "try more " + best->name + " workers (workers = " + std::to_string(best->workers * 2) +
                    ") or a faster stage type";
   return v;
+}
+
+// The stage whose device time is measured (the most of it), or null.
+const StageStats* device_stage(const Snapshot& s) {
+  const StageStats* d = nullptr;
+  for (const auto& st : s.stages)
+    if (st.device_busy_s > 0 && st.wall_s > 0 && (!d || st.device_busy_s > d->device_busy_s)) d = &st;
+  return d;
+}
+
+// Rule 6, or nothing when the device stage is neither saturated, launch-bound nor starved (it
+// waits on its output, say: the host rules name what holds it).
+std::optional<Verdict> analyze_device(const Snapshot& s, const StageStats& d, const Verdict& host, double saturated) {
+  // Device time is reported per step, for the whole run: judge the shares over the whole run.
+  const StageSpan w = d.whole_run();
+  const double device = std::min(1.0, d.device_busy_s / d.wall_s);
+  const QueueStats* in = s.queue_of(d.name);
+  const double empty = in ? in->empty : 0.0;
+  const char* clock = d.device_busy_gpu ? "GPU" : "compute";
+  const std::string timed = d.device_busy_gpu ? " (device events)" : " (host clock: a CPU run)";
+  char buf[512];
+  Verdict v = host;
+  if (device >= saturated) {
+    v.kind = "device";
+    v.stage = d.name;
+    std::snprintf(buf, sizeof buf, "%s: %s busy %s in forward, backward and step%s; its thread busy %s, waiting for input %s",
+                  d.name.c_str(), clock, pct(device).c_str(), timed.c_str(), pct(w.busy).c_str(), pct(w.starved).c_str());
+    v.text = buf;
+    v.suggestion = d.device_busy_gpu
+                       ? "the GPU is the limit and the input side keeps up: a faster step comes from the model side (bf16, "
+                         "CUDA graphs, fused kernels), more throughput from more GPUs"
+                       : "the model's compute is the limit and the input side keeps up: more threads ([run] threads), a "
+                         "smaller model, or a GPU";
+    return v;
+  }
+  if (d.device_busy_gpu && w.busy >= saturated) {
+    v.kind = "launch";
+    v.stage = d.name;
+    std::snprintf(buf, sizeof buf,
+                  "%s: launch-bound: its host thread busy %s while the GPU is busy %s in forward, backward and step "
+                  "(device events); the GPU idles %s waiting for kernels to be launched",
+                  d.name.c_str(), pct(w.busy).c_str(), pct(device).c_str(), pct(1.0 - device).c_str());
+    v.text = buf;
+    v.suggestion = "more work per launch: a larger [training] batch_size (with grad_accum lowered to keep the global "
+                   "batch), or [training] cuda_graph = true (one launch per step's graph)";
+    return v;
+  }
+  if (w.starved >= 0.5 || empty >= 0.5) {
+    std::snprintf(buf, sizeof buf, "%s waits for input: %s busy %s%s, its thread waiting for input %s, its input queue empty %s of the time",
+                  d.name.c_str(), clock, pct(device).c_str(), timed.c_str(), pct(w.starved).c_str(), pct(empty).c_str());
+    const bool upstream = !host.stage.empty() && host.stage != d.name && host.kind != "none";
+    if (upstream) {
+      // The input side's own bottleneck is the answer: keep its kind and stage (autotune acts on them).
+      v.text = std::string(buf) + "; the input side's limit: " + host.text;
+      return v;
+    }
+    v.kind = "input";
+    v.stage = d.name;
+    v.text = std::string(buf) + "; " + host.text;
+    v.suggestion = "the input side cannot keep up, though none of its stages is saturated: larger queues or more "
+                   "buffers in front of " + d.name + ", or pre-tokenized data (read_tokens)";
+    return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Verdict analyze(const Snapshot& s, double saturated) {
+  Verdict host = analyze_host(s, saturated);
+  if (const StageStats* d = device_stage(s))
+    if (auto v = analyze_device(s, *d, host, saturated)) return *v;
+  return host;
 }
 
 Verdict VerdictTracker::update(const Snapshot& s, bool& changed) {

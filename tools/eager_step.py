@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""The CPU step of `pipeline run gpt2_synthetic.toml` as an eager PyTorch script, to compare with.
+
+The same model and step as the pipeline trains (GPT-2 with tied head and a vocabulary padded to
+50,304, fp32, AdamW with decay on matrices only, betas 0.9/0.95, weight decay 0.1, the gradient
+norm clipped at 1.0), on random tokens, with the cross-entropy over the padded logits as nanoGPT
+computes it. Prints one line: milliseconds per step over the timed steps, as the pipeline counts
+them (their wall time over their number), and the median step.
+
+    $HOME/.cache/pipeline/torch-2.11.0/bin/python tools/eager_step.py \\
+        --preset small-cpu --batch 8 --seq 128 --threads 2 --steps 30 --warmup 5
+
+tools/compare_cpu_step.sh runs it alternately with the pipeline (docs/figures.md).
+"""
+import argparse
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+PRESETS = {  # n_layer, n_head, n_embd, block_size (model/gpt2.cpp)
+    "tiny": (2, 2, 64, 64),
+    "small-cpu": (4, 4, 128, 128),
+    "gpt2": (12, 12, 768, 1024),
+}
+VOCAB, PADDED_VOCAB = 50257, 50304
+
+
+class Block(nn.Module):
+    def __init__(self, n_head, n_embd):
+        super().__init__()
+        self.n_head = n_head
+        self.ln_1 = nn.LayerNorm(n_embd)
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
+        self.attn_proj = nn.Linear(n_embd, n_embd)
+        self.ln_2 = nn.LayerNorm(n_embd)
+        self.c_fc = nn.Linear(n_embd, 4 * n_embd)
+        self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, n_layer, n_head, n_embd, block_size):
+        super().__init__()
+        self.wte = nn.Embedding(PADDED_VOCAB, n_embd)
+        self.wpe = nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(Block(n_head, n_embd) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(n_embd)
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif "ln_" in name:
+                nn.init.ones_(p)
+            else:
+                nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02)
+
+    def forward(self, idx):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, 50304), tied head
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", default="small-cpu", choices=sorted(PRESETS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30, help="timed steps")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(7)
+    model = GPT(*PRESETS[a.preset])
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                            lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    windows = [torch.randint(0, VOCAB, (a.batch * a.seq + 1,)) for _ in range(8)]  # as `synthetic` cycles 8
+    times = []
+    start = 0.0
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            start = time.perf_counter()
+        w = windows[step % len(windows)]
+        x, y = w[:-1].view(a.batch, a.seq), w[1:].view(a.batch, a.seq)
+        t0 = time.perf_counter()
+        logits = model(x)
+        loss = F.cross_entropy(logits.view(-1, PADDED_VOCAB), y.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step >= a.warmup:
+            times.append(1000 * (time.perf_counter() - t0))
+    per_step = 1000 * (time.perf_counter() - start) / a.steps
+    print(f"eager {a.preset} {a.batch}x{a.seq} fp32, {a.threads} threads: {per_step:.1f} ms/step over {a.steps} steps "
+          f"(median step {statistics.median(times):.1f} ms, loss {loss.item():.3f})")
+
+
+if __name__ == "__main__":
+    main()
