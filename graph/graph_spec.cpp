@@ -297,7 +297,8 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       cap = std::min(cap, c > 0 ? c : 8);
       all &= e->batches;
     }
-    st.batch_max = all ? std::max(1, cap / 2) : 1;
+    // A source with a thread of its own reads ahead, before its packets are admitted: one item each.
+    st.batch_max = all && !st.type->own_thread ? std::max(1, cap / 2) : 1;
   }
   // Capacities: "auto" (0) starts at 8. A tuned edge's limiter has room for 8 times its start
   // (64 to 1024), held back by phantoms until the autotuner gives it out.

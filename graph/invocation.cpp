@@ -473,6 +473,15 @@ Packet take_from_outbox(StageRt& st, size_t n) {
 }  // namespace
 
 Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
+  std::optional<Packet> p = next_source_packet(rt, st);
+  if (!p) {
+    fc.stop();
+    return {};
+  }
+  return std::move(*p);
+}
+
+std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st) {
   size_t k = static_cast<size_t>(source_batch(rt, st));
   if (k > 1) {
     // No more than the edges have credits for: the batch then leaves owing nothing (it cannot
@@ -519,8 +528,7 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
       st.source_pending_items.fetch_add(1, std::memory_order_acq_rel);
       return p;
     } else {
-      fc.stop();
-      return {};
+      return std::nullopt;
     }
   }
 }

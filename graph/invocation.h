@@ -1,4 +1,4 @@
-// What happens when a stage runs (engine internals): the node bodies that flow_build.cpp
+// What happens when a stage runs (engine internals): the node bodies that flow_graph.cpp
 // installs call these. One Invocation is one produce(), process() or end of stream of a stage:
 // it owns a worker slot, the credits its admission reserved on each output edge, and the
 // outputs it emits; complete() settles all of that and, after the last input, finalizes the
@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "graph/runtime.h"
@@ -102,6 +103,9 @@ void count_admission(StageRt& st);
 /// One input through a stage: takes it off its edge, runs it (or its end of stream) and
 /// completes the invocation, or, for a timed stage that held it, leaves it to the timer.
 void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway);
+/// A source's next packet (its items, then its end-of-stream marker; nothing after that): runs
+/// produce() and finalize() as needed. The input_node body, or a source thread's reads.
+std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st);
 /// A source's input_node body.
 Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc);
 /// A source's fan-out node (after its limiters): one packet to every consumer that wants it.

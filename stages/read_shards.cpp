@@ -120,6 +120,7 @@ PIPELINE_STAGE(read_shards,
                                                 "text per message, in whole documents (auto: about one batch, "
                                                 "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
                                                 1, 1 << 26),
+                .own_thread = true,  // reads and decompresses files: never on a TBB worker
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadShards>()});
 

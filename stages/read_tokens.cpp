@@ -51,6 +51,7 @@ PIPELINE_STAGE(read_tokens,
                                .integer_or_auto("chunk_tokens", std::string("auto"),
                                                 "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
                                                 1, 1 << 26),
+                .own_thread = true,  // reads and decompresses files: never on a TBB worker
                 .max_workers = 1,
                 .factory = graph::make_factory<ReadTokens>()});
 
