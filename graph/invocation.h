@@ -1,5 +1,5 @@
 // What happens when a stage runs (engine internals): the node bodies that flow_graph.cpp
-// installs call these. One Invocation is one produce(), process() or end of stream of a stage:
+// installs (stage_node.cpp, source_node.cpp) call these. One Invocation is one produce(), process() or end of stream of a stage:
 // it owns a worker slot, the credits its admission reserved on each output edge, and the
 // outputs it emits; complete() settles all of that and, after the last input, finalizes the
 // stage and sends the end of stream downstream.
@@ -97,6 +97,16 @@ class Invocation {
   int64_t items_ = 0;               // inputs processed (for the cost of an item)
   int cpu_weight_ = 0;
 };
+
+/// Gives a packet its place on its edge: edges number their packets and their items 0, 1, 2, ...
+/// in the order the consumer receives them (so a bundle's items are numbered when the sequencer
+/// releases them).
+void stamp(EdgeRt* e, Packet& p);
+/// Averages the cost of one item into the stage's moving average (sources read it to decide
+/// whether to batch).
+void note_item_cost(StageRt& st, int64_t ns, int64_t items);
+
+// The node bodies, by kind: stage_node.cpp (CPU, async, dispatch) and source_node.cpp.
 
 /// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).
 void count_admission(StageRt& st);

@@ -2,6 +2,8 @@
 //   graph_spec.cpp   validates the spec and resolves it into stages and edges
 //   flow_graph.cpp   builds and runs the oneTBB flow graph (nodes and edges; node bodies)
 //   invocation.cpp   what happens when a stage runs: taking inputs, emitting, credits, end of stream
+//   stage_node.cpp   the bodies of CPU, async and dispatch nodes; source_node.cpp: a source's
+//   source_thread.*  sources that read files: an async_node answered by a reader thread
 //   edge.cpp         an edge's credits (its bound), load and high-water mark
 //   device_thread.*  own-thread stages: an async_node feeding a dedicated thread (moodycamel queue)
 //   timer.*          held invocations (delay): an async_node completed by a timer thread
