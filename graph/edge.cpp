@@ -30,6 +30,11 @@
 // fan-out, the mirrors are exact; the source sized the batch to the room left by the packet
 // ahead of it.
 //
+// A filtered edge out of an own-thread stage is on demand (EdgeRt::on_demand): its limiter is
+// in no admission chain, so the producer is admitted inputs whatever the edge holds, and an item
+// the filter wants takes its credit when it is emitted (take_place), the producer's thread
+// waiting for one if the edge is full. The limiter then only counts; the bound is exact.
+//
 // The same mechanism counts worker slots (a stage's concurrency) and pooled resources. A bound
 // below the limiter's threshold is kept with phantom credits, which is how the concurrency and
 // the capacity move while the graph runs (autotune): raising the bound releases phantoms,
@@ -68,6 +73,25 @@ void Credits::release(int64_t n) {
   // chain (and a source's may run its input_node body inline, which takes this lock). Until it
   // arrives, raises leave room for it (`unsent`).
   send_unlocked(n);
+  if (on_demand) {
+    { std::lock_guard wake(place_mu); }  // a waiter between its check and its wait sees the notify
+    place_freed.notify_all();
+  }
+}
+
+bool Credits::take_place() {
+  tbb::spin_mutex::scoped_lock lock(mu);
+  if (used.load(std::memory_order_relaxed) + debt >= threshold) return false;
+  used.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Credits::wait_for_place(std::chrono::milliseconds d) {
+  std::unique_lock lock(place_mu);
+  place_freed.wait_for(lock, d, [&] {
+    tbb::spin_mutex::scoped_lock credits(mu);
+    return used.load(std::memory_order_relaxed) + debt < threshold;
+  });
 }
 
 void Credits::send_unlocked(int64_t n) {

@@ -95,7 +95,8 @@ void FlowGraph::build_stage(StageRt& st) {
   chain.push_back(st.worker_slots.limiter.get());
   for (EdgeRt* e : st.outputs) {
     e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
-    chain.push_back(e->credits.limiter.get());
+    e->credits.on_demand = e->on_demand;
+    if (!e->on_demand) chain.push_back(e->credits.limiter.get());  // on demand: counted at emission
   }
   if (st.pool) {
     st.resources.open(g_, st.pool->size(), st.pool->size(), false);

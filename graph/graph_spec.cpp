@@ -286,6 +286,9 @@ void resolve_graph(Runtime& rt, bool instantiate) {
   for (auto& e : rt.edges) {
     const StageRt& c = *rt.stages[e->consumer];
     e->batches = rt.opts.batch && c.kind == StageKind::cpu && c.max_workers == 1;
+    // A filter's credit is taken when an item it wants is emitted, where the producer has a
+    // thread of its own to wait on (edge.cpp).
+    e->on_demand = e->accepts && rt.stages[e->producer]->kind == StageKind::own_thread;
   }
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;

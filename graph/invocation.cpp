@@ -104,7 +104,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
   slot_ = take_slot(st);
   c_ = st.counters[static_cast<size_t>(slot_)].get();
   if (delivery != Delivery::outbox) {
-    for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = true;
+    for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = !st.outputs[i]->on_demand;
     resource_reserved_ = st.pool != nullptr;
     if (st.ordered_commit) bundle_ = std::make_shared<Bundle>();
   }
@@ -289,6 +289,8 @@ void Invocation::put(EdgeRt* e, Packet p) {
   auto i = static_cast<size_t>(e->out_index);
   if (reserved_[i])
     reserved_[i] = false;
+  else if (e->on_demand)
+    wait_for_place(e);
   else
     e->credits.extra(1, margin());
   p.edge = e;
@@ -366,6 +368,28 @@ void Invocation::flush() {
     gateway_->try_put(p);
   }
   held_.clear();
+}
+
+void Invocation::wait_for_place(EdgeRt* e) {
+  if (e->credits.take_place()) return;
+  // The edge is full: this thread (an own-thread stage's) waits for a place, and the time counts
+  // as blocked, not busy. After a failure the item goes on anyway (it is dropped downstream):
+  // nothing may wait for a consumer that no longer runs.
+  const int64_t t0 = now_ns();
+  const bool stats = rt_.opts.stats && t_start_;
+  st_.placing.fetch_add(1);
+  if (stats) c_->busy_since.store(0, std::memory_order_relaxed);
+  while (!e->credits.take_place()) {
+    if (rt_.failing()) {
+      e->credits.extra(1, 0);  // owed: the edge's count stays right
+      break;
+    }
+    e->credits.wait_for_place(std::chrono::milliseconds(10));
+  }
+  const int64_t waited = now_ns() - t0;
+  st_.placing.fetch_sub(1);
+  if (t_start_) t_start_ += waited;  // busy time (and the cost of an item) exclude the wait
+  if (stats) c_->busy_since.store(t_start_, std::memory_order_relaxed);
 }
 
 int64_t Invocation::margin() const {

@@ -76,6 +76,7 @@ class Invocation {
   void flush_batches();
   void flush_batch(size_t output);
   int64_t margin() const;
+  void wait_for_place(EdgeRt* e);
 
   Runtime& rt_;
   StageRt& st_;

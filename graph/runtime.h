@@ -18,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -116,6 +117,14 @@ struct Credits {
   void send_unlocked(int64_t n);
   /// Credits free now (never below 0).
   int64_t room() const;
+  /// An on-demand edge (EdgeRt::on_demand; its limiter is in no admission chain): takes one
+  /// credit if there is one.
+  bool take_place();
+  /// Waits (a dedicated thread, never a TBB worker) until a credit may be free, at most `d`.
+  void wait_for_place(std::chrono::milliseconds d);
+  bool on_demand = false;
+  std::mutex place_mu;                     // on demand: release() wakes wait_for_place()
+  std::condition_variable place_freed;
   /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
   void set_bound(int64_t bound);
   int64_t bound() const;
@@ -129,6 +138,10 @@ struct alignas(kCacheLine) EdgeRt {
   size_t producer = 0, consumer = 0;  // stage indices (topological order)
   int out_index = 0;                  // the producer's output port
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
+  // A filtered edge out of an own-thread stage (train -> eval, checkpoint): its credit is taken
+  // when an item the filter wants is emitted, not at admission, so a step that carries no eval
+  // work never waits on eval's edge; one that does waits on the producer's thread for a place.
+  bool on_demand = false;
   bool batches = false;  // may carry several items per packet: the consumer is a single-worker CPU stage
   bool tune_capacity = false;  // the autotuner may move the bound (capacity = "auto", [run] autotune)
   int start_capacity = 8, max_capacity = 8;
@@ -221,6 +234,7 @@ struct alignas(kCacheLine) StageRt {
   // End of stream (invocation.cpp: who finalizes, without a lock).
   std::atomic<int> eos_seen{0};
   std::atomic<int> running{0};  // invocations in progress (also read by the monitor)
+  std::atomic<int> placing{0};  // of those, waiting for a place on an on-demand edge (blocked, not busy)
   std::atomic<bool> finalize_pending{false};
   uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq (before finalize_pending)
   std::atomic<bool> done{false};

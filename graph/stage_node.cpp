@@ -11,7 +11,8 @@ namespace pipeline::graph {
 
 void count_admission(StageRt& st) {
   st.worker_slots.admitted();
-  for (EdgeRt* e : st.outputs) e->credits.admitted();
+  for (EdgeRt* e : st.outputs)
+    if (!e->on_demand) e->credits.admitted();
   if (st.pool) st.resources.admitted();
 }
 

@@ -172,6 +172,22 @@ PIPELINE_STAGE(flow_slow_every10, {.name = "flow_slow_every10", .doc = "slow, wa
                                    .accepts = [](const Item& it) { return it.get<int64_t>() % 10 == 0; },
                                    .factory = make_factory<SlowEvery10>()});
 
+// A burst of slow evaluations: 100 ms on every 5th step.
+std::atomic<int64_t> g_steps_at_first_burst_eval{-1};
+class SlowEvery5 : public Stage {
+ public:
+  explicit SlowEvery5(const StageContext&) {}
+  void process(Item, Emitter&) override {
+    std::this_thread::sleep_for(100ms);
+    int64_t expected = -1;
+    g_steps_at_first_burst_eval.compare_exchange_strong(expected, g_steps.load());
+  }
+};
+PIPELINE_STAGE(flow_slow_every5, {.name = "flow_slow_every5", .doc = "slow, wants every 5th integer",
+                                  .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
+                                  .accepts = [](const Item& it) { return it.get<int64_t>() % 5 == 0; },
+                                  .factory = make_factory<SlowEvery5>()});
+
 // A CPU sink (and an own-thread one) that wants only even integers, straight behind a source.
 std::atomic<int64_t> g_even{0};
 class CountEven : public Stage {
@@ -343,6 +359,34 @@ TEST_CASE("routing: a consumer that wants few items never holds its producer bac
   // (10 and 20) and a third waited in train: about 30 steps, not the 3 a queue of every step allows.
   MESSAGE("steps done when eval finished its first: " << g_steps_at_first_eval.load());
   CHECK(g_steps_at_first_eval.load() >= 20);
+}
+
+TEST_CASE("routing: a step that carries no eval work never waits on eval's edge, only the next one that does") {
+  // Eval takes every 5th step (100 ms each) through a queue of 2. While it works on step 0, steps
+  // 5 and 10 fill its queue; the steps between go on at full speed, and so do 11 to 14, which
+  // carry no eval work. Step 15 is the first to need a place: train waits there, and only there.
+  // (Were eval's credit taken when a step is admitted, train would stop at step 11.)
+  g_steps = 0;
+  g_steps_at_first_burst_eval = -1;
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{100});
+  g.add("train", "flow_steps", {"src"}, 1, 4);
+  g.add("log", "test_sink", {"train"}, 1, 256);
+  g.add("eval", "flow_slow_every5", {"train"}, 1, 2);
+  Engine e(std::move(g));
+  with_timeout([&] { e.run(); });
+  Snapshot s = e.snapshot();
+  CHECK(s.status == "done");
+  CHECK(s.stage("log")->items_in == 100);
+  CHECK(s.stage("eval")->items_in == 20);
+  MESSAGE("steps done when eval finished its first: " << g_steps_at_first_burst_eval.load());
+  CHECK(g_steps_at_first_burst_eval.load() >= 15);
+  CHECK(g_steps_at_first_burst_eval.load() <= 16);  // and the bound held: step 15 waited for a place
+  for (const QueueStats& q : s.queues)
+    if (q.consumer == "eval") CHECK(q.high_water <= 2);
+  // The wait for a place is blocked time, not busy time.
+  CHECK(s.stage("train")->blocked_s > 0.5);
+  CHECK(s.stage("train")->busy_s < 0.5);
 }
 
 TEST_CASE("routing: a filter right behind a source, alone or beside a consumer of everything") {
