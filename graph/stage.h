@@ -269,7 +269,10 @@ struct StageType {
   OnStop on_stop = OnStop::finish;
   /// Routing filter: which of its producer's items this stage wants (null: all). An item a
   /// consumer does not want never enters its queue, so a consumer that only acts on some items
-  /// (eval on steps that carry eval weights) never holds its producer back on the others.
+  /// (eval on steps that carry eval weights) never holds its producer back on the others. Behind
+  /// an own-thread producer the place is taken when a wanted item is emitted, so the producer
+  /// waits only for an item the consumer takes; behind any other, when the producer is admitted.
+  /// (See docs/engine.md, Routing.)
   std::function<bool(const Item&)> accepts = {};
   std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};
 };
