@@ -43,6 +43,11 @@ void connect(First& first, const std::vector<Limiter*>& chain, Last& last) {
 // Every node body runs inside this: an error of the engine's own code (or one injected by a
 // test) fails the run naming the stage and the site, and cancels the graph (Runtime::fault).
 // Stage code has its own guard (invocation.cpp); this one catches what the engine throws.
+//
+// The bodies of CPU and async nodes must not be declared noexcept although nothing leaves
+// them: oneTBB runs a noexcept body of an async_node (whose policy is lightweight) inline in
+// the sender's thread, inside the forwarding of the limiter in front of it, and the body's
+// release of that limiter's credit would re-enter it and deadlock.
 template <class F>
 void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
   try {
@@ -123,7 +128,7 @@ void FlowGraph::build_stage(StageRt& st) {
       if (st.reader->ended()) fc.stop();
       return Packet{};
     });
-    st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet&, Gateway&) noexcept {
+    st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet&, Gateway&) {
       at_site(rt, st, EngineSite::async, [&] { st.reader->request(); });
     });
     st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
@@ -177,7 +182,7 @@ void FlowGraph::build_stage(StageRt& st) {
 
   if (st.kind == StageKind::cpu) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
-    st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) noexcept {
+    st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
       at_site(rt, st, EngineSite::cpu, [&] {
         count_admission(st);
         run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
@@ -196,7 +201,7 @@ void FlowGraph::build_stage(StageRt& st) {
 
   // Own-thread and timed stages: an async node whose work leaves the TBB scheduler.
   if (st.kind == StageKind::own_thread) st.device = std::make_unique<DeviceThread>(rt, st);
-  st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) noexcept {
+  st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) {
     at_site(rt, st, EngineSite::async, [&] {
       if (st.kind == StageKind::own_thread) {
         st.device->hand_over(const_cast<Packet&>(p));
