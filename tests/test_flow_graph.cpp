@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <future>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -61,12 +62,20 @@ int os_threads() {
   return n;
 }
 
+// The threads the reads ran on, and those a CPU stage's bodies ran on (the arena's).
+std::mutex g_threads_mu;
+std::set<std::thread::id> g_read_threads, g_burn_threads;
+
 // A CPU stage that burns `ms` of CPU per item and records how many of its kind run at once.
 std::atomic<int> g_burning{0}, g_burning_max{0};
 class Burn : public Stage {
  public:
   explicit Burn(const StageContext& ctx) : ms_(ctx.options.get_float("ms")) {}
   void process(Item in, Emitter& out) override {
+    {
+      std::lock_guard lock(g_threads_mu);
+      g_burn_threads.insert(std::this_thread::get_id());
+    }
     int now = g_burning.fetch_add(1) + 1;
     int seen = g_burning_max.load();
     while (now > seen && !g_burning_max.compare_exchange_weak(seen, now)) {
@@ -109,6 +118,10 @@ class SlowReads : public Stage {
       : reads_(ctx.options.get_int("reads")), per_read_(ctx.options.get_int("per_read")),
         read_ms_(ctx.options.get_float("read_ms")) {}
   bool produce(Emitter& out) override {
+    {
+      std::lock_guard lock(g_threads_mu);
+      g_read_threads.insert(std::this_thread::get_id());
+    }
     if (done_ == reads_) return false;
     std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(read_ms_ * 1000)));
     for (int64_t i = 0; i < per_read_; ++i) out.emit<int64_t>(done_ * per_read_ + i);
@@ -280,16 +293,22 @@ TEST_CASE("CPU stages share one arena: 4x the cores in workers run on about `cor
 }
 
 TEST_CASE("a source whose reads block reads on its own thread: both arena threads keep the CPU stage busy") {
-  // Each read blocks 30 ms and yields 6 items of 10 ms of CPU each: the CPU stage needs both of
-  // the arena's threads all the time. A read on an arena thread would leave the stage one thread
-  // for 30 ms of every 45 (1.33 bodies at once on average); on the source's own thread, 2.
+  // Each read blocks 30 ms and yields 8 items of 10 ms of CPU each (40 ms on two threads): the
+  // CPU stage needs both of the arena's threads all the time. A read on an arena thread would
+  // leave the stage one thread for 30 ms of every 55 (1.45 bodies at once on average); on the
+  // source's own thread, 2.
   GraphSpec g;
-  g.add("src", "flow_slow_reads").set("reads", int64_t{24}).set("per_read", int64_t{6}).set("read_ms", 30.0);
+  g.add("src", "flow_slow_reads").set("reads", int64_t{18}).set("per_read", int64_t{8}).set("read_ms", 30.0);
   g.add("burn", "flow_burn", {"src"}, 2, 16).set("ms", 10.0);
   g.add("order", "flow_record", {"burn"});
   {
     std::lock_guard lock(g_mu);
     g_seen.clear();
+  }
+  {
+    std::lock_guard lock(g_threads_mu);
+    g_read_threads.clear();
+    g_burn_threads.clear();
   }
   Engine e(std::move(g), {.threads = 2});
   with_timeout([&] { e.run(); });
@@ -300,14 +319,24 @@ TEST_CASE("a source whose reads block reads on its own thread: both arena thread
     REQUIRE(g_seen.size() == 144);
     for (size_t i = 0; i < g_seen.size(); ++i) CHECK(g_seen[i] == static_cast<int64_t>(i));  // in order
   }
+  // Every read ran on one thread, which never ran the CPU stage: both arena threads (which both
+  // ran it) stay free for it, whatever the load.
+  {
+    std::lock_guard lock(g_threads_mu);
+    CHECK(g_read_threads.size() == 1);
+    CHECK(g_burn_threads.size() == 2);
+    for (const auto& id : g_read_threads) CHECK(g_burn_threads.count(id) == 0);
+  }
+  // Bodies at once, on average, from the first item to the last (the stage's busy seconds over
+  // the time it ran): close to 2 on a quiet machine (a read on an arena thread would allow
+  // 1.45). Reported, not asserted: on a machine loaded several times over its cores, the
+  // reader's wake-ups and the workers' turns are the machine's.
   const StageStats* burn = s.stage("burn");
   REQUIRE(burn);
-  // Bodies at once, on average, from the first item to the last (the stage's busy seconds over
-  // the time it ran): close to 2 with the reads off the arena.
   const double first_to_last = s.stage("order")->wall_s;
   MESSAGE("burn: " << burn->busy_s << " s busy over " << first_to_last << " s: " << burn->busy_s / first_to_last
                    << " bodies at once");
-  CHECK(burn->busy_s / first_to_last > 1.55);
+  CHECK(burn->items_in == 144);
 }
 
 TEST_CASE("a timed stage holds items on a timer, not on threads: 8 delay workers overlap on any arena") {
