@@ -5,9 +5,6 @@
 
 namespace pipeline::graph {
 
-StageRt::StageRt() = default;
-StageRt::~StageRt() = default;
-
 DeviceThread::~DeviceThread() { join(true); }
 
 void DeviceThread::start(Gateway& gateway) {
@@ -21,12 +18,14 @@ void DeviceThread::hand_over(Packet& p) {
   queue_.enqueue(std::move(p));
 }
 
-void DeviceThread::join(bool cancel) {
+void DeviceThread::cancel() {
+  Packet wake;  // no edge: tells the thread to leave
+  queue_.enqueue(std::move(wake));
+}
+
+void DeviceThread::join(bool cancel_first) {
   if (!thread_.joinable()) return;
-  if (cancel) {
-    Packet wake;  // no edge: tells the thread to leave
-    queue_.enqueue(std::move(wake));
-  }
+  if (cancel_first) cancel();
   thread_.join();
 }
 
@@ -44,8 +43,15 @@ void DeviceThread::main() {
     Packet p;
     queue_.wait_dequeue(p);
     if (!p.edge) break;
-    st_.worker_slots.release();  // the next input may be queued while this one runs
-    run_packet(rt_, st_, p, Delivery::gateway, gateway_);
+    try {
+      rt_.fault_point(EngineSite::device_thread, st_);
+      st_.worker_slots.release();  // the next input may be queued while this one runs
+      run_packet(rt_, st_, p, Delivery::gateway, gateway_);
+    } catch (...) {
+      // An error of the engine's own code (stage code has its own guard): the graph is
+      // cancelled, and a wake-up is on its way to this thread.
+      rt_.fault(EngineSite::device_thread, st_, std::current_exception());
+    }
   }
   gateway_->release_wait();
 }

@@ -31,9 +31,12 @@ class DeviceThread {
   void start(Gateway& gateway);
   /// The async node's body: hands the input to the thread. Never blocks.
   void hand_over(Packet& p);
-  /// Waits for the thread to finish. `cancel`: wake it even if its end of stream never came
+  /// Waits for the thread to finish. `cancel_first`: wake it even if its end of stream never came
   /// (the run is unwinding from an error of the engine itself).
-  void join(bool cancel);
+  void join(bool cancel_first);
+  /// The graph is being cancelled (Runtime::fault): the thread leaves after the input in hand and
+  /// gives back its reservation, although its end of stream may never come. Any thread.
+  void cancel();
 
  private:
   void main();

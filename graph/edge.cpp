@@ -1,7 +1,7 @@
 // Credits: how an edge keeps its bound (and how worker slots and pooled resources are counted).
 //
 // Every edge producer -> consumer holds at most `capacity` items. The bound is a limiter_node
-// in front of the producer (flow_build.cpp): the producer is admitted an input only while each
+// in front of the producer (flow_graph.cpp): the producer is admitted an input only while each
 // of its output edges has a free credit, and that admission reserves one credit per edge. The
 // credit then travels with the first item the invocation puts on the edge (or is released when
 // it puts none), and comes back when the consumer takes the item off. So a stage that emits at
@@ -19,13 +19,21 @@
 // The limiter's count is private, so `used` mirrors it. The mirror is exact except for
 // admissions the limiter made whose invocation has not started yet; a raise is only sent when
 // the mirror plus that `margin` stays under the threshold, because the limiter clamps its count
-// at the threshold and a clamped raise would be lost. Limiter messages go out under the lock,
-// in the order the mirror saw them, except for a source's edges: there a message can pull the
-// source's next packet inline (its input_node body, which reads the credits under the lock), so
-// they go out after it. A source admits one packet at a time (a token, given back at the end
-// of its fan-out), so when a batch (several cheap items in one message) takes its extra
-// credits in the fan-out, the mirrors are exact; the source sized the batch to the room left
-// by the packet ahead of it.
+// at the threshold and a clamped raise would be lost. Releases (decrements) go out after the
+// lock, since a decrement forwards the producer's next input through its limiter chain (no lock
+// of ours is held across forwarding); until one arrives, the raises leave room for it
+// (`unsent`). Raises go out under the lock, so that a release the mirror saw later never
+// overtakes them, except for a source's edges: there a message can pull the source's next
+// packet inline (its input_node body, which reads the credits under the lock), so they go out
+// after it. A source admits one packet at a time (a token, given back at the end of its
+// fan-out), so when a batch (several cheap items in one message) takes its extra credits in the
+// fan-out, the mirrors are exact; the source sized the batch to the room left by the packet
+// ahead of it.
+//
+// A filtered edge out of an own-thread stage is on demand (EdgeRt::on_demand): its limiter is
+// in no admission chain, so the producer is admitted inputs whatever the edge holds, and an item
+// the filter wants takes its credit when it is emitted (take_place), the producer's thread
+// waiting for one if the edge is full. The limiter then only counts; the bound is exact.
 //
 // The same mechanism counts worker slots (a stage's concurrency) and pooled resources. A bound
 // below the limiter's threshold is kept with phantom credits, which is how the concurrency and
@@ -59,18 +67,31 @@ void Credits::release(int64_t n) {
     n -= retire;
     if (n == 0) return;
     used.fetch_sub(n, std::memory_order_relaxed);
-    // Under the lock, so that raises (extra) and decrements reach the limiter in the order the
-    // mirror saw them. The decrement may admit the producer's next input, which for a stage
-    // only spawns its task: none of our code runs inside this call.
-    if (!unlocked_sends) {
-      limiter->decrementer().try_put(n);
-      return;
-    }
     unsent.fetch_add(n, std::memory_order_relaxed);
   }
-  // A source's decrement may run its input_node body inline, which takes this lock: send it
-  // without the lock; until it arrives, raises leave room for it (`unsent`).
+  // Without the lock: the decrement forwards the producer's next input through its limiter
+  // chain (and a source's may run its input_node body inline, which takes this lock). Until it
+  // arrives, raises leave room for it (`unsent`).
   send_unlocked(n);
+  if (on_demand) {
+    { std::lock_guard wake(place_mu); }  // a waiter between its check and its wait sees the notify
+    place_freed.notify_all();
+  }
+}
+
+bool Credits::take_place() {
+  tbb::spin_mutex::scoped_lock lock(mu);
+  if (used.load(std::memory_order_relaxed) + debt >= threshold) return false;
+  used.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Credits::wait_for_place(std::chrono::milliseconds d) {
+  std::unique_lock lock(place_mu);
+  place_freed.wait_for(lock, d, [&] {
+    tbb::spin_mutex::scoped_lock credits(mu);
+    return used.load(std::memory_order_relaxed) + debt < threshold;
+  });
 }
 
 void Credits::send_unlocked(int64_t n) {
@@ -125,10 +146,6 @@ void Credits::set_bound(int64_t bound) {
   }
   if (freed == 0) return;
   used.fetch_sub(freed, std::memory_order_relaxed);
-  if (!unlocked_sends) {
-    limiter->decrementer().try_put(freed);
-    return;
-  }
   unsent.fetch_add(freed, std::memory_order_relaxed);
   lock.release();
   send_unlocked(freed);

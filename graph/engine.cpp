@@ -3,7 +3,9 @@
 // DESIGN NOTE
 //
 // Stages are flow-graph nodes and items are messages (graph/runtime.h: Packet). A source is an
-// input_node: it produces only when the edge behind it accepts (pull). A CPU stage is a
+// input_node: it produces only when the edge behind it accepts (pull); a source that reads
+// files produces on a thread of its own, its input_node making tickets that ask that thread
+// for the next message through an async_node (graph/source_thread.h). A CPU stage is a
 // multifunction_node (it emits zero, one or many items per input) fed by a queue_node, its input
 // buffer. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
 // async_node: the body hands the input to the stage's dedicated thread through a moodycamel
@@ -33,13 +35,21 @@
 // calls Emitter::wind_down: train after its last step), and the drain always completes; a
 // second stop(), or a drain longer than stop_grace (when one is set), aborts: stage code is
 // no longer called, but the markers still flow, so the run ends. The first exception a stage
-// throws aborts the run the same way and is rethrown by run() naming the stage.
+// throws aborts the run the same way and is rethrown by run() naming the stage. An exception
+// out of the engine's own code (a node body, an own thread, the timer) cannot count on the
+// markers: Runtime::fault records it, naming stage and place, and cancels the flow graph, and
+// the threads that hold the graph open (own-thread stages, reading sources, the timer) let go.
+//
+// No TBB worker blocks: files are read on a source's thread, device work on a stage's thread,
+// delays on the timer; no lock of ours is held while a limiter forwards; and no two threads
+// write one cache line (docs/engine.md, Conventions).
 //
 // The graph that pipelines/gpt2.toml builds (limiters in brackets: [edge capacity] counts the
 // consumer's input edge, [w N] worker slots, [pool N] pack's pinned buffers; a source's
 // [1 packet] token lets the next packet through once its fan-out task has sent the last one):
 //
-//   read_shards    input_node ─[1 packet]─[64]─▶ fan-out ─────────────────────────────────┐
+//   read_shards    input_node ─[1 packet]─[64]─▶ async_node ═▶ reader thread ═▶ fan-out ─┐
+//                  (tickets: the reads and zstd happen on the reader thread)             │
 //   tokenize ×2    queue ─[w 2]─[64]─▶ multifunction ─▶ sequencer ─▶ dispatch ───────┐  ◀┘
 //   pack           queue ─[w 1]─[2]─[pool 8]─▶ multifunction ──────────────────────┐  ◀┘
 //   h2d            queue ─[w 1]─[3]─▶ async_node ═▶ h2d thread ═▶ dispatch ──────┐  ◀┘
@@ -49,15 +59,19 @@
 //
 // (`pipeline graph gpt2.toml` draws the stage-level graph as Graphviz DOT.)
 //
-// The parts: graph_spec.cpp validates the spec, flow_graph.cpp builds and runs the flow graph,
-// invocation.cpp is what a stage's node does with an input, edge.cpp the credits, and
-// monitor.cpp the stats (busy, starved, blocked; occupancy; stats.jsonl; trace).
+// The parts: graph_spec.cpp validates the spec, flow_graph.cpp builds and runs the flow graph
+// (every node body), invocation.cpp is what a stage's node does with an input, edge.cpp the
+// credits, device_thread.cpp, source_thread.cpp and timer.cpp the work that leaves the arena,
+// and observe/monitor.cpp the stats (busy, starved, blocked; occupancy; stats.jsonl; trace).
 #include "graph/engine.h"
 
 #include <oneapi/tbb/task_arena.h>
 
 #include <filesystem>
+#include <new>
 #include <optional>
+#include <stdexcept>
+#include <string>
 
 #include "graph/flow_graph.h"
 #include "graph/observe/monitor.h"
@@ -73,6 +87,46 @@ void Runtime::fail(const std::string& stage, std::exception_ptr e) {
     fail_error = e;
   }
   abort();
+}
+
+const char* site_name(EngineSite site) {
+  switch (site) {
+    case EngineSite::source: return "source";
+    case EngineSite::fan_out: return "fan-out";
+    case EngineSite::renumber: return "renumber";
+    case EngineSite::cpu: return "cpu";
+    case EngineSite::async: return "async";
+    case EngineSite::dispatch: return "dispatch";
+    case EngineSite::sequencer: return "sequencer";
+    case EngineSite::device_thread: return "device thread";
+    case EngineSite::timer: return "timer";
+  }
+  return "?";
+}
+
+void Runtime::fault(EngineSite site, const StageRt& st, std::exception_ptr e) noexcept {
+  try {
+    std::lock_guard lock(fail_mu);
+    if (!fail_error) {
+      fail_stage = st.spec.name;
+      fail_where = std::string("engine, ") + site_name(site);
+      fail_error = e;
+    }
+  } catch (...) {
+    // Out of memory for the message: the run still ends (below), as "aborted".
+  }
+  aborted.store(true);
+  std::lock_guard lock(timer_mu);
+  if (flow) flow->cancel();
+}
+
+void Runtime::inject_fault(const StageRt& st) {
+  if (!opts.inject_fault.stage.empty() && opts.inject_fault.stage != st.spec.name) return;
+  const uint64_t pass = fault_passes.fetch_add(1) + 1;
+  if (pass != opts.inject_fault.nth) return;
+  if (opts.inject_fault.bad_alloc) throw std::bad_alloc();
+  throw std::runtime_error(std::string("injected fault at pass ") + std::to_string(pass) + " through the " +
+                           site_name(opts.inject_fault.site) + " site");
 }
 
 void Runtime::abort() {
@@ -136,15 +190,18 @@ void EngineImpl::run() {
   monitor.stop();
 
   std::string status;
+  // An error of the engine's own code names its place before the message.
+  std::string where;
   {
     std::lock_guard lock(rt.fail_mu);
+    if (!rt.fail_where.empty()) where = rt.fail_where + ": ";
     if (rt.fail_error) {
       try {
         std::rethrow_exception(rt.fail_error);
       } catch (const std::exception& e) {
-        status = "failed: stage '" + rt.fail_stage + "': " + e.what();
+        status = "failed: stage '" + rt.fail_stage + "': " + where + e.what();
       } catch (...) {
-        status = "failed: stage '" + rt.fail_stage + "'";
+        status = "failed: stage '" + rt.fail_stage + "'" + (where.empty() ? "" : ": " + rt.fail_where);
       }
     } else if (rt.aborted.load()) {
       status = "aborted";
@@ -163,9 +220,9 @@ void EngineImpl::run() {
     try {
       std::rethrow_exception(rt.fail_error);
     } catch (const std::exception& e) {
-      throw StageError(rt.fail_stage, e.what(), rt.fail_error);
+      throw StageError(rt.fail_stage, where + e.what(), rt.fail_error);
     } catch (...) {
-      throw StageError(rt.fail_stage, "unknown exception", rt.fail_error);
+      throw StageError(rt.fail_stage, where + "unknown exception", rt.fail_error);
     }
   }
 }

@@ -84,6 +84,33 @@ class StageError : public std::runtime_error {
   std::exception_ptr original_;
 };
 
+/// The places where the engine's own code runs (node bodies and its threads): an error there
+/// fails the run naming the stage and the place, and cancels the flow graph so that the run
+/// ends even though credits and end-of-stream markers may not have settled.
+enum class EngineSite : uint8_t {
+  source,         // a source's input_node body (produce() and its outbox)
+  fan_out,        // a source's fan-out to its consumers
+  renumber,       // the node numbering the merged inputs of an order-keeping stage
+  cpu,            // a CPU stage's multifunction body
+  async,          // an own-thread or timed stage's async_node body
+  dispatch,       // the node after an async_node, sending its outputs to their ports
+  sequencer,      // the node after a sequencer, unpacking bundles in input order
+  device_thread,  // an own-thread stage's thread
+  timer,          // the timer thread completing held invocations
+};
+constexpr int kEngineSites = 9;
+/// "cpu", "fan-out", ... (for messages).
+const char* site_name(EngineSite site);
+
+/// Tests only: makes the engine's own code throw at the nth pass through one site, to check that
+/// an error of the engine itself fails the run instead of hanging it.
+struct FaultInjection {
+  EngineSite site = EngineSite::cpu;
+  uint64_t nth = 0;        // 0: never
+  std::string stage = {};  // only passes for this stage count (empty: every stage's)
+  bool bad_alloc = false;  // throw std::bad_alloc instead of a std::runtime_error
+};
+
 struct EngineOptions {
   bool stats = true;  // per-item counters, occupancy sampling, observers, files
   std::chrono::milliseconds sample_interval{20};    // queue occupancy sampling period
@@ -104,6 +131,8 @@ struct EngineOptions {
   /// Let sources send several cheap items per message while every stage is cheap (an item
   /// costs well under 20 µs everywhere); capacities still count items.
   bool batch = true;
+  /// Tests only (see FaultInjection).
+  FaultInjection inject_fault = {};
 };
 
 class EngineImpl;

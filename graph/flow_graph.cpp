@@ -5,8 +5,12 @@
 
 #include "graph/device_thread.h"
 #include "graph/invocation.h"
+#include "graph/source_thread.h"
 
 namespace pipeline::graph {
+
+StageRt::StageRt() = default;
+StageRt::~StageRt() = default;
 
 namespace {
 
@@ -36,6 +40,24 @@ void connect(First& first, const std::vector<Limiter*>& chain, Last& last) {
   flow::make_edge(*chain.back(), last);
 }
 
+// Every node body runs inside this: an error of the engine's own code (or one injected by a
+// test) fails the run naming the stage and the site, and cancels the graph (Runtime::fault).
+// Stage code has its own guard (invocation.cpp); this one catches what the engine throws.
+//
+// The bodies of CPU and async nodes must not be declared noexcept although nothing leaves
+// them: oneTBB runs a noexcept body of an async_node (whose policy is lightweight) inline in
+// the sender's thread, inside the forwarding of the limiter in front of it, and the body's
+// release of that limiter's credit would re-enter it and deadlock.
+template <class F>
+void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
+  try {
+    rt.fault_point(site, st);
+    body();
+  } catch (...) {
+    rt.fault(site, st, std::current_exception());
+  }
+}
+
 }  // namespace
 
 FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
@@ -52,6 +74,16 @@ FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
   }
   std::lock_guard lock(rt_.timer_mu);
   rt_.timer = &timer_;
+  rt_.flow = this;
+}
+
+void FlowGraph::cancel() {
+  g_.cancel();
+  timer_.expire_all();
+  for (auto& st : rt_.stages) {
+    if (st->device) st->device->cancel();
+    if (st->reader) st->reader->cancel();
+  }
 }
 
 void FlowGraph::build_stage(StageRt& st) {
@@ -68,7 +100,8 @@ void FlowGraph::build_stage(StageRt& st) {
   chain.push_back(st.worker_slots.limiter.get());
   for (EdgeRt* e : st.outputs) {
     e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
-    chain.push_back(e->credits.limiter.get());
+    e->credits.on_demand = e->on_demand;
+    if (!e->on_demand) chain.push_back(e->credits.limiter.get());  // on demand: counted at emission
   }
   if (st.pool) {
     st.resources.open(g_, st.pool->size(), st.pool->size(), false);
@@ -87,10 +120,39 @@ void FlowGraph::build_stage(StageRt& st) {
                        .released = [&st] { st.resources.release(); }});
   }
 
+  if (st.is_source() && st.type->own_thread) {
+    // Tickets through the limiters to the reader thread, which answers with the packets
+    // (source_thread.h).
+    st.reader = std::make_unique<SourceThread>(rt, st);
+    st.source = std::make_unique<Source>(g_, [&st](tbb::flow_control& fc) {
+      if (st.reader->ended()) fc.stop();
+      return Packet{};
+    });
+    st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet&, Gateway&) {
+      at_site(rt, st, EngineSite::async, [&] { st.reader->request(); });
+    });
+    st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
+      at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
+    });
+    st.ports = ports_of(*st.source_route);
+    connect(*st.source, chain, *st.async);
+    flow::make_edge(*st.async, *st.source_route);
+    return;
+  }
   if (st.is_source()) {
-    st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) { return run_source(rt, st, fc); });
-    st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial,
-                                                        [&st](const Packet& p, auto&) noexcept { fan_out_source(st, p); });
+    st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) {
+      Packet out;
+      bool ok = false;
+      at_site(rt, st, EngineSite::source, [&] {
+        out = run_source(rt, st, fc);
+        ok = true;
+      });
+      if (!ok) fc.stop();  // the graph is being cancelled
+      return out;
+    });
+    st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
+      at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
+    });
     st.ports = ports_of(*st.source_route);
     connect(*st.source, chain, *st.source_route);
     return;
@@ -100,26 +162,31 @@ void FlowGraph::build_stage(StageRt& st) {
   if (st.renumber_input) {
     // Merged inputs get one dense sequence, in arrival order, for the sequencer downstream.
     // (RenumberNode, runtime.h: the put happens inside the serial body, so numbers arrive in order.)
-    st.renumber = std::make_unique<RenumberNode>(g_, flow::serial, [&st](const Packet& p, auto& ports) {
-      Packet q = p;
-      q.seq = st.input_seq.fetch_add(1, std::memory_order_relaxed);
-      if (q.kind == Packet::Kind::item) q.item.set_seq(q.seq);
-      std::get<0>(ports).try_put(q);
+    st.renumber = std::make_unique<RenumberNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto& ports) {
+      at_site(rt, st, EngineSite::renumber, [&] {
+        Packet q = p;
+        q.seq = st.input_seq.fetch_add(1, std::memory_order_relaxed);
+        if (q.kind == Packet::Kind::item) q.item.set_seq(q.seq);
+        std::get<0>(ports).try_put(q);
+      });  // after a fault nothing is put: the cancelled graph ends
     });
     flow::make_edge(flow::output_port<0>(*st.renumber), *st.inbuf);
   }
   if (st.ordered_commit) {
     st.sequencer = std::make_unique<Sequencer>(g_, [](const Packet& p) { return static_cast<size_t>(p.seq); });
-    st.ordered_route = std::make_unique<OrderedRouteNode>(g_, flow::serial,
-                                                          [&st](const Packet& p, auto&) noexcept { dispatch(st, p); });
+    st.ordered_route = std::make_unique<OrderedRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
+      at_site(rt, st, EngineSite::sequencer, [&] { dispatch(st, p); });
+    });
     flow::make_edge(*st.sequencer, *st.ordered_route);
   }
 
   if (st.kind == StageKind::cpu) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
     st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
-      count_admission(st);
-      run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
+      at_site(rt, st, EngineSite::cpu, [&] {
+        count_admission(st);
+        run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
+      });
     });
     connect(*st.inbuf, chain, *st.cpu);
     if (st.ordered_commit) {
@@ -135,19 +202,23 @@ void FlowGraph::build_stage(StageRt& st) {
   // Own-thread and timed stages: an async node whose work leaves the TBB scheduler.
   if (st.kind == StageKind::own_thread) st.device = std::make_unique<DeviceThread>(rt, st);
   st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) {
-    if (st.kind == StageKind::own_thread) {
-      st.device->hand_over(const_cast<Packet&>(p));
-      return;
-    }
-    count_admission(st);
-    run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
+    at_site(rt, st, EngineSite::async, [&] {
+      if (st.kind == StageKind::own_thread) {
+        st.device->hand_over(const_cast<Packet&>(p));
+        return;
+      }
+      count_admission(st);
+      run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
+    });
   });
   connect(*st.inbuf, chain, *st.async);
   if (st.ordered_commit) {
     flow::make_edge(*st.async, *st.sequencer);
     st.ports = ports_of(*st.ordered_route);
   } else {
-    st.route = std::make_unique<RouteNode>(g_, flow::unlimited, [&st](const Packet& p, auto&) noexcept { dispatch(st, p); });
+    st.route = std::make_unique<RouteNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) noexcept {
+      at_site(rt, st, EngineSite::dispatch, [&] { dispatch(st, p); });
+    });
     flow::make_edge(*st.async, *st.route);
     st.ports = ports_of(*st.route);
   }
@@ -156,28 +227,36 @@ void FlowGraph::build_stage(StageRt& st) {
 void FlowGraph::run() {
   ran_ = true;
   timer_.start();
-  for (auto& st : rt_.stages)
+  for (auto& st : rt_.stages) {
     if (st->device) st->device->start(st->async->gateway());
+    if (st->reader) st->reader->start(st->async->gateway());
+  }
   for (auto& st : rt_.stages)
     if (st->source) st->source->activate();
   g_.wait_for_all();
-  for (auto& st : rt_.stages)
+  for (auto& st : rt_.stages) {
     if (st->device) st->device->join(false);
+    if (st->reader) st->reader->join(false);
+  }
   timer_.stop();
 }
 
 FlowGraph::~FlowGraph() {
   // Unwinding from an error of the engine itself: threads must not outlive the nodes.
-  for (auto& st : rt_.stages)
+  for (auto& st : rt_.stages) {
     if (st->device) st->device->join(true);
+    if (st->reader) st->reader->join(true);
+  }
   {
     std::lock_guard lock(rt_.timer_mu);
     rt_.timer = nullptr;
+    rt_.flow = nullptr;
   }
   timer_.stop();
   for (auto& st : rt_.stages) {
     if (st->pool) st->pool->set_gate({});
     st->device.reset();
+    st->reader.reset();
     st->source.reset();
     st->route.reset();
     st->source_route.reset();

@@ -3,6 +3,9 @@
 //
 //   source     input_node -> token (one packet at a time) -> limiter per output edge -> fan-out
 //              (multifunction, serial, a task of its own; it gives the token back)
+//   reading    (a source that owns a thread) input_node of tickets -> token -> edge limiters ->
+//   source     async_node: the body asks the reader thread (source_thread.h) for a packet,
+//              which it sends through the gateway -> fan-out
 //   CPU stage  input buffer (queue_node) -> worker limiter -> limiter per output edge
 //              [-> resource limiter] -> multifunction_node (concurrency unlimited: the worker
 //              limiter bounds it) -> its output ports, one per consumer
@@ -16,7 +19,8 @@
 // Every consumer's input buffer is joined to its producers' output ports with make_edge. The
 // limiters are the edges' bounds (edge.cpp); a producer's limiters sit in front of it, so it is
 // admitted an input only when each of its output edges has room: back-pressure is rejection
-// and pull, and no TBB task ever blocks.
+// and pull, and no TBB task ever blocks. Every body runs under at_site (flow_graph.cpp): an
+// error of the engine's own code fails the run and cancels the graph (Runtime::fault).
 #pragma once
 
 #include <memory>
@@ -39,6 +43,10 @@ class FlowGraph {
   /// Starts the device threads and the timer, activates the sources, and waits until every
   /// stage has passed its end of stream.
   void run();
+  /// After an error of the engine's own code (Runtime::fault): cancels the flow graph's tasks
+  /// and has every own-thread stage and the timer give back their reservations, so that run()
+  /// returns although end of stream may never reach them. Any thread; idempotent.
+  void cancel();
 
  private:
   void build_stage(StageRt& st);

@@ -285,6 +285,9 @@ void resolve_graph(Runtime& rt, bool instantiate) {
   for (auto& e : rt.edges) {
     const StageRt& c = *rt.stages[e->consumer];
     e->batches = rt.opts.batch && c.kind == StageKind::cpu && c.max_workers == 1;
+    // A filter's credit is taken when an item it wants is emitted, where the producer has a
+    // thread of its own to wait on (edge.cpp).
+    e->on_demand = e->accepts && rt.stages[e->producer]->kind == StageKind::own_thread;
   }
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
@@ -296,7 +299,8 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       cap = std::min(cap, c > 0 ? c : 8);
       all &= e->batches;
     }
-    st.batch_max = all ? std::max(1, cap / 2) : 1;
+    // A source with a thread of its own reads ahead, before its packets are admitted: one item each.
+    st.batch_max = all && !st.type->own_thread ? std::max(1, cap / 2) : 1;
   }
   // Capacities: "auto" (0) starts at 8. A tuned edge's limiter has room for 8 times its start
   // (64 to 1024), held back by phantoms until the autotuner gives it out.

@@ -24,8 +24,6 @@
 
 #include <time.h>
 
-#include "graph/timer.h"
-
 namespace pipeline::graph {
 
 namespace {
@@ -60,9 +58,8 @@ int64_t thread_cpu_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
-// Gives a packet its place on its edge: edges number their packets and their items 0, 1, 2,
-// ... in the order the consumer receives them (so a bundle's items are numbered when the
-// sequencer releases them).
+}  // namespace
+
 void stamp(EdgeRt* e, Packet& p) {
   p.edge = e;
   p.seq = e->next_packet.fetch_add(1, std::memory_order_relaxed);
@@ -74,13 +71,13 @@ void stamp(EdgeRt* e, Packet& p) {
   }
 }
 
-// Averages the cost of one item into the stage's moving average (sources read it to decide
-// whether to batch).
 void note_item_cost(StageRt& st, int64_t ns, int64_t items) {
   if (items <= 0) return;
   int64_t per = ns / items, old = st.item_cost_ns.load(std::memory_order_relaxed);
   st.item_cost_ns.store(old ? (7 * old + per) / 8 : per, std::memory_order_relaxed);
 }
+
+namespace {
 
 // Stage code runs inside this: the first exception fails the run, naming the stage; and
 // Invocation::current() names the invocation (ResourcePool::acquire needs it).
@@ -110,7 +107,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
   slot_ = take_slot(st);
   c_ = st.counters[static_cast<size_t>(slot_)].get();
   if (delivery != Delivery::outbox) {
-    for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = true;
+    for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = !st.outputs[i]->on_demand;
     resource_reserved_ = st.pool != nullptr;
     if (st.ordered_commit) bundle_ = std::make_shared<Bundle>();
   }
@@ -295,6 +292,8 @@ void Invocation::put(EdgeRt* e, Packet p) {
   auto i = static_cast<size_t>(e->out_index);
   if (reserved_[i])
     reserved_[i] = false;
+  else if (e->on_demand)
+    wait_for_place(e);
   else
     e->credits.extra(1, margin());
   p.edge = e;
@@ -374,6 +373,28 @@ void Invocation::flush() {
   held_.clear();
 }
 
+void Invocation::wait_for_place(EdgeRt* e) {
+  if (e->credits.take_place()) return;
+  // The edge is full: this thread (an own-thread stage's) waits for a place, and the time counts
+  // as blocked, not busy. After a failure the item goes on anyway (it is dropped downstream):
+  // nothing may wait for a consumer that no longer runs.
+  const int64_t t0 = now_ns();
+  const bool stats = rt_.opts.stats && t_start_;
+  st_.placing.fetch_add(1);
+  if (stats) c_->busy_since.store(0, std::memory_order_relaxed);
+  while (!e->credits.take_place()) {
+    if (rt_.failing()) {
+      e->credits.extra(1, 0);  // owed: the edge's count stays right
+      break;
+    }
+    e->credits.wait_for_place(std::chrono::milliseconds(10));
+  }
+  const int64_t waited = now_ns() - t0;
+  st_.placing.fetch_sub(1);
+  if (t_start_) t_start_ += waited;  // busy time (and the cost of an item) exclude the wait
+  if (stats) c_->busy_since.store(t_start_, std::memory_order_relaxed);
+}
+
 int64_t Invocation::margin() const {
   // A single-worker CPU stage runs alone: its limiters cannot have admitted anything the mirror
   // has not counted. Otherwise up to one admission per worker may be in flight.
@@ -399,190 +420,6 @@ bool Invocation::take_resource_reservation() {
 bool Invocation::extra_resource() { return st_.resources.try_extra(margin()); }
 
 // ---------------------------------------------------------------------------------------------
-// Node bodies
-
-void count_admission(StageRt& st) {
-  st.worker_slots.admitted();
-  for (EdgeRt* e : st.outputs) e->credits.admitted();
-  if (st.pool) st.resources.admitted();
-}
-
-void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway) {
-  auto run = [&](Invocation& inv) {
-    p.edge->take(p.count());
-    if (p.kind == Packet::Kind::eos) {
-      inv.end_of_input();
-    } else if (p.kind == Packet::Kind::items) {
-      inv.take_batch(static_cast<int64_t>(p.items->size()));
-      for (Item& it : *p.items) inv.process(std::move(it));
-    } else {
-      inv.process(std::move(p.item));
-    }
-  };
-  if (st.kind == StageKind::timed) {
-    auto inv = std::make_unique<Invocation>(rt, st, delivery, gateway, p.seq);
-    run(*inv);
-    if (inv->held() && !rt.failing()) {
-      std::lock_guard lock(rt.timer_mu);
-      if (rt.timer) {
-        rt.timer->hold(std::move(inv));
-        return;
-      }
-    }
-    inv->complete();
-    return;
-  }
-  Invocation inv(rt, st, delivery, gateway, p.seq);
-  run(inv);
-  inv.complete();
-}
-
-namespace {
-
-// How many items a source puts in one packet: as many as about 20 µs of the costliest stage's
-// work (so a batch never keeps expensive items from parallel workers), within batch_max (half
-// the smallest capacity of its output edges, at most 64: two packets fit on every edge). Until
-// every stage has measured its cost, 1.
-int source_batch(const Runtime& rt, StageRt& st) {
-  if (st.batch_max <= 1) return 1;
-  if (st.bodies++ % 32 != 0) return st.batch.load(std::memory_order_relaxed);
-  int64_t worst = 0;
-  bool unknown = false;
-  for (const auto& s : rt.stages) {
-    int64_t c = s->item_cost_ns.load(std::memory_order_relaxed);
-    unknown |= c == 0;
-    worst = std::max(worst, c);
-  }
-  int k = unknown ? 1 : static_cast<int>(std::clamp<int64_t>(20'000 / std::max<int64_t>(worst, 1), 1, st.batch_max));
-  k = std::min(k, st.batch_max);
-  st.batch.store(k, std::memory_order_relaxed);
-  return k;
-}
-
-// The next `n` items of a source's outbox as one packet.
-Packet take_from_outbox(StageRt& st, size_t n) {
-  Packet p;
-  if (n == 1) {
-    p.item = std::move(st.outbox[st.outbox_next++]);
-    return p;
-  }
-  p.kind = Packet::Kind::items;
-  p.items = std::make_shared<std::vector<Item>>();
-  p.items->reserve(n);
-  for (size_t i = 0; i < n; ++i) p.items->push_back(std::move(st.outbox[st.outbox_next++]));
-  return p;
-}
-
-}  // namespace
-
-Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
-  size_t k = static_cast<size_t>(source_batch(rt, st));
-  if (k > 1) {
-    // No more than the edges have credits for: the batch then leaves owing nothing (it cannot
-    // shrink their room before it is admitted; only this source adds to them).
-    // The packet on its way to the fan-out will take credits the mirrors do not show yet.
-    int64_t room = k;
-    const int64_t pending = st.source_pending_items.load(std::memory_order_acquire);
-    for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room() - pending);
-    k = static_cast<size_t>(std::max<int64_t>(room, 1));
-  }
-  for (;;) {
-    size_t have = rt.failing() ? 0 : st.outbox.size() - st.outbox_next;
-    if (have >= k || (have > 0 && st.source_state != StageRt::SourceState::producing)) {
-      Packet p = take_from_outbox(st, std::min(have, k));
-      st.source_pending_items.fetch_add(p.count(), std::memory_order_acq_rel);
-      return p;
-    }
-    if (have == 0) {
-      st.outbox.clear();
-      st.outbox_next = 0;
-    }
-    if (st.source_state == StageRt::SourceState::producing) {
-      bool more = false;
-      if (!rt.failing() && !rt.stopping()) {
-        const size_t before = st.outbox.size();
-        const int64_t t0 = st.batch_max > 1 ? now_ns() : 0;
-        Invocation inv(rt, st, Delivery::outbox, nullptr, 0);
-        more = inv.produce();
-        inv.complete();
-        if (t0) note_item_cost(st, now_ns() - t0, static_cast<int64_t>(st.outbox.size() - before));
-      }
-      if (!more) st.source_state = StageRt::SourceState::finalizing;
-    } else if (st.source_state == StageRt::SourceState::finalizing) {
-      Invocation inv(rt, st, Delivery::outbox, nullptr, 0);
-      inv.finalize_source();
-      inv.complete();
-      st.source_state = StageRt::SourceState::ending;
-    } else if (st.source_state == StageRt::SourceState::ending) {
-      st.source_state = StageRt::SourceState::ended;
-      st.end_ns.store(now_ns(), std::memory_order_relaxed);
-      st.done.store(true, std::memory_order_release);
-      Packet p;
-      p.kind = Packet::Kind::eos;
-      st.source_pending_items.fetch_add(1, std::memory_order_acq_rel);
-      return p;
-    } else {
-      fc.stop();
-      return {};
-    }
-  }
-}
-
-void fan_out_source(StageRt& st, const Packet& p) {
-  // The source's token (its worker slot, one) admits one packet at a time: this one. It runs
-  // as a task of its own, so the limiter messages it sends cannot re-enter a limiter that is
-  // passing it on (flow_graph.cpp).
-  for (size_t i = 0; i < st.outputs.size(); ++i) {
-    EdgeRt* e = st.outputs[i];
-    e->credits.admitted();  // the source's limiters passed this packet: one credit on every edge
-    Packet q;
-    q.kind = p.kind;
-    if (p.kind == Packet::Kind::item) {
-      if (e->accepts && !e->accepts(p.item)) {
-        e->credits.release();
-        continue;
-      }
-      q.item = p.item;
-    } else if (p.kind == Packet::Kind::items) {
-      // Every edge numbers its own copies of the items.
-      q.items = std::make_shared<std::vector<Item>>();
-      for (const Item& it : *p.items)
-        if (!e->accepts || e->accepts(it)) q.items->push_back(it);
-      if (q.items->empty()) {
-        e->credits.release();
-        continue;
-      }
-      if (q.items->size() == 1) {
-        q.kind = Packet::Kind::item;
-        q.item = std::move(q.items->front());
-        q.items.reset();
-      }
-    }
-    stamp(e, q);
-    int64_t n = q.count();
-    e->count_in(n);
-    // A batch: its items beyond the first take the credits run_source saw free (edge.cpp).
-    if (n > 1) e->credits.extra(n - 1, 0);
-    st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
-  }
-  st.source_pending_items.fetch_sub(p.count(), std::memory_order_acq_rel);
-  st.worker_slots.release();  // the next packet may pass the limiters
-}
-
-void dispatch(StageRt& st, const Packet& p) {
-  if (p.kind == Packet::Kind::bundle) {
-    for (auto& [e, q] : p.bundle->outs) {
-      e->held.fetch_sub(1, std::memory_order_relaxed);
-      e->in_order.fetch_sub(1, std::memory_order_relaxed);
-      stamp(e, q);
-      st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
-    }
-    return;
-  }
-  st.ports[static_cast<size_t>(p.edge->out_index)]->try_put(p);
-}
-
-// ---------------------------------------------------------------------------------------------
 // The stage-facing Emitter
 
 void Emitter::emit_item(Item item) { impl_->emit(std::move(item)); }
@@ -598,3 +435,4 @@ void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds
 }
 
 }  // namespace pipeline::graph
+

@@ -1,5 +1,5 @@
-// What happens when a stage runs (engine internals): the node bodies that flow_build.cpp
-// installs call these. One Invocation is one produce(), process() or end of stream of a stage:
+// What happens when a stage runs (engine internals): the node bodies that flow_graph.cpp
+// installs (stage_node.cpp, source_node.cpp) call these. One Invocation is one produce(), process() or end of stream of a stage:
 // it owns a worker slot, the credits its admission reserved on each output edge, and the
 // outputs it emits; complete() settles all of that and, after the last input, finalizes the
 // stage and sends the end of stream downstream.
@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "graph/runtime.h"
@@ -75,6 +76,7 @@ class Invocation {
   void flush_batches();
   void flush_batch(size_t output);
   int64_t margin() const;
+  void wait_for_place(EdgeRt* e);
 
   Runtime& rt_;
   StageRt& st_;
@@ -97,11 +99,24 @@ class Invocation {
   int cpu_weight_ = 0;
 };
 
+/// Gives a packet its place on its edge: edges number their packets and their items 0, 1, 2, ...
+/// in the order the consumer receives them (so a bundle's items are numbered when the sequencer
+/// releases them).
+void stamp(EdgeRt* e, Packet& p);
+/// Averages the cost of one item into the stage's moving average (sources read it to decide
+/// whether to batch).
+void note_item_cost(StageRt& st, int64_t ns, int64_t items);
+
+// The node bodies, by kind: stage_node.cpp (CPU, async, dispatch) and source_node.cpp.
+
 /// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).
 void count_admission(StageRt& st);
 /// One input through a stage: takes it off its edge, runs it (or its end of stream) and
 /// completes the invocation, or, for a timed stage that held it, leaves it to the timer.
 void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway);
+/// A source's next packet (its items, then its end-of-stream marker; nothing after that): runs
+/// produce() and finalize() as needed. The input_node body, or a source thread's reads.
+std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st);
 /// A source's input_node body.
 Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc);
 /// A source's fan-out node (after its limiters): one packet to every consumer that wants it.

@@ -1,10 +1,13 @@
 // The engine's runtime state, shared by its parts (engine internals; stages never see it):
-//   flow_build.cpp   builds the oneTBB flow graph from the validated spec (nodes and edges)
+//   graph_spec.cpp   validates the spec and resolves it into stages and edges
+//   flow_graph.cpp   builds and runs the oneTBB flow graph (nodes and edges; node bodies)
 //   invocation.cpp   what happens when a stage runs: taking inputs, emitting, credits, end of stream
+//   stage_node.cpp   the bodies of CPU, async and dispatch nodes; source_node.cpp: a source's
+//   source_thread.*  sources that read files: an async_node answered by a reader thread
 //   edge.cpp         an edge's credits (its bound), load and high-water mark
 //   device_thread.*  own-thread stages: an async_node feeding a dedicated thread (moodycamel queue)
 //   timer.*          held invocations (delay): an async_node completed by a timer thread
-//   monitor.*        sampling, snapshots, stats.jsonl, observers, trace
+//   observe/         monitor (sampling, snapshots, stats.jsonl, observers, trace), verdict, ...
 //   engine.cpp       the public Engine: construction, run, stop, errors
 // See engine.cpp for the design note with the graph that gpt2.toml builds.
 #pragma once
@@ -15,6 +18,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "base/cache_line.h"
 #include "graph/engine.h"
 #include "graph/stage.h"
 
@@ -90,7 +95,7 @@ using Sequencer = flow::sequencer_node<Packet>;
 struct Credits {
   std::unique_ptr<Limiter> limiter;
   int64_t threshold = 0;  // the limiter's fixed threshold
-  mutable tbb::spin_mutex mu;  // serializes the credit decisions (and their limiter messages)
+  mutable tbb::spin_mutex mu;  // serializes the credit decisions (and the raises' limiter messages)
   std::atomic<int64_t> used{0};  // mirror of the limiter's count: reservations + credited items + phantoms
   int64_t debt = 0;              // items on the edge beyond the limiter's count
   int64_t phantoms = 0;          // credits held back so that the bound is below the threshold
@@ -100,7 +105,8 @@ struct Credits {
   std::atomic<int64_t> unsent{0};
 
   /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
-  /// `send_unlocked`: limiter messages may run our code inline (a source's edges; edge.cpp).
+  /// `send_unlocked`: raises too go out after the lock, since a limiter message may run our code
+  /// inline (a source's edges; edge.cpp). Releases always do.
   void open(flow::graph& g, int64_t threshold, int64_t bound, bool send_unlocked);
   bool unlocked_sends = false;
   /// An admission the limiter made (the mirror follows it).
@@ -117,6 +123,14 @@ struct Credits {
   void send_unlocked(int64_t n);
   /// Credits free now (never below 0).
   int64_t room() const;
+  /// An on-demand edge (EdgeRt::on_demand; its limiter is in no admission chain): takes one
+  /// credit if there is one.
+  bool take_place();
+  /// Waits (a dedicated thread, never a TBB worker) until a credit may be free, at most `d`.
+  void wait_for_place(std::chrono::milliseconds d);
+  bool on_demand = false;
+  std::mutex place_mu;                     // on demand: release() wakes wait_for_place()
+  std::condition_variable place_freed;
   /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
   void set_bound(int64_t bound);
   int64_t bound() const;
@@ -124,10 +138,16 @@ struct Credits {
 };
 
 /// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.
-struct EdgeRt {
+/// On cache lines of its own (edges are written by their producers and consumers, each edge by
+/// other threads), and the monitor's samples on their own lines again.
+struct alignas(kCacheLine) EdgeRt {
   size_t producer = 0, consumer = 0;  // stage indices (topological order)
   int out_index = 0;                  // the producer's output port
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
+  // A filtered edge out of an own-thread stage (train -> eval, checkpoint): its credit is taken
+  // when an item the filter wants is emitted, not at admission, so a step that carries no eval
+  // work never waits on eval's edge; one that does waits on the producer's thread for a place.
+  bool on_demand = false;
   bool batches = false;  // may carry several items per packet: the consumer is a single-worker CPU stage
   bool tune_capacity = false;  // the autotuner may move the bound (capacity = "auto", [run] autotune)
   int start_capacity = 8, max_capacity = 8;
@@ -141,7 +161,7 @@ struct EdgeRt {
   std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
 
   // Monitor-owned occupancy samples (cumulative, so that a window is a difference).
-  std::vector<uint64_t> hist;
+  alignas(kCacheLine) std::vector<uint64_t> hist;
   uint64_t samples = 0, full_n = 0, empty_n = 0;
   double sum = 0;
   double window_sum = 0, last_window_mean = 0;
@@ -157,8 +177,9 @@ struct EdgeRt {
   int capacity() const { return static_cast<int>(credits.bound()); }
 };
 
-/// Per worker slot: written only by the invocation holding the slot, read by the monitor.
-struct alignas(64) SlotCounters {
+/// Per worker slot: written only by the invocation holding the slot, read by the monitor. On
+/// lines of its own: the slots of one stage are written by different threads at once.
+struct alignas(kCacheLine) SlotCounters {
   std::atomic<uint64_t> in{0}, out{0}, discarded{0};
   std::atomic<int64_t> busy_ns{0}, cpu_ns{0}, device_wait_ns{0};
   std::atomic<int64_t> busy_since{0};  // an invocation in progress since (0: idle)
@@ -173,9 +194,11 @@ enum class StageKind { source, cpu, own_thread, timed };
 
 struct StageRt;
 class DeviceThread;
+class SourceThread;
 
-/// One running stage: its instance, its nodes, its edges and its counters.
-struct StageRt {
+/// One running stage: its instance, its nodes, its edges and its counters. On cache lines of its
+/// own: a stage's workers write its counters, and no other stage's threads share the lines.
+struct alignas(kCacheLine) StageRt {
   size_t index = 0;
   StageSpec spec;
   const StageType* type = nullptr;
@@ -186,14 +209,14 @@ struct StageRt {
   std::type_index out_type = typeid(void);
   std::string out_port;
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
-  bool renumber_input = false;
-  bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)  // several inputs and ordered_commit: a serial node numbers them
+  bool renumber_input = false;   // several inputs and ordered_commit: a serial node numbers them
+  bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)
   int max_workers = 1;          // worker slots (the limiter threshold)
   int start_workers = 1;        // the concurrency the run starts with
   bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
   std::shared_ptr<ResourcePool> pool;
 
-  // Nodes (flow_build.cpp).
+  // Nodes (flow_graph.cpp).
   std::unique_ptr<Buffer> inbuf;
   std::unique_ptr<RenumberNode> renumber;
   Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers` (a source: 1)
@@ -208,6 +231,7 @@ struct StageRt {
   std::array<OutPort*, kMaxOutputs> ports{};  // where items leave for each output edge
   OutPort* bundle_port = nullptr;             // a CPU order-keeping stage: to its sequencer
   std::unique_ptr<DeviceThread> device;
+  std::unique_ptr<SourceThread> reader;  // a source that produces on a thread of its own (own_thread)
 
   // Worker slots: which of [0, max_workers) are free.
   tbb::spin_mutex slot_mu;
@@ -216,6 +240,7 @@ struct StageRt {
   // End of stream (invocation.cpp: who finalizes, without a lock).
   std::atomic<int> eos_seen{0};
   std::atomic<int> running{0};  // invocations in progress (also read by the monitor)
+  std::atomic<int> placing{0};  // of those, waiting for a place on an on-demand edge (blocked, not busy)
   std::atomic<bool> finalize_pending{false};
   uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq (before finalize_pending)
   std::atomic<bool> done{false};
@@ -249,7 +274,7 @@ struct StageRt {
   std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
 
   StageRt();
-  ~StageRt();  // out of line: DeviceThread is only complete in device_thread.cpp
+  ~StageRt();  // out of line: DeviceThread and SourceThread are complete in flow_graph.cpp
   bool is_source() const { return kind == StageKind::source; }
   bool is_sink() const { return type->output.none(); }
 };
@@ -267,15 +292,31 @@ struct Runtime {
   std::atomic<bool> winding_down{false};  // Emitter::wind_down: drop what only discarding stages would get
   std::atomic<bool> aborted{false};
   int64_t t0 = 0;
-  std::mutex timer_mu;           // guards timer (an abort may come from the monitor during teardown)
-  class Timer* timer = nullptr;  // held invocations (timed stages), while the flow graph exists
+  // Guards timer and flow (an abort may come from the monitor, a fault from any thread, during
+  // teardown).
+  std::mutex timer_mu;
+  class Timer* timer = nullptr;     // held invocations (timed stages), while the flow graph exists
+  class FlowGraph* flow = nullptr;  // the flow graph, while it exists (Runtime::fault cancels it)
 
   std::mutex fail_mu;
   std::string fail_stage;
+  std::string fail_where;  // "engine, cpu" for an error of the engine's own code; empty for stage code
   std::exception_ptr fail_error;
+  std::atomic<uint64_t> fault_passes{0};  // FaultInjection: passes through the armed site so far
 
   /// Records the first error (later ones are dropped) and aborts the run.
   void fail(const std::string& stage, std::exception_ptr e);
+  /// An error of the engine's own code at `site`, in `st`'s nodes: records it as fail() does,
+  /// naming the place, and cancels the flow graph (own-thread stages and held invocations give
+  /// back their reservations), because the credits and end-of-stream markers of the node that
+  /// threw may never settle, and the run must end all the same.
+  void fault(EngineSite site, const StageRt& st, std::exception_ptr e) noexcept;
+  /// Tests only: throws when `site` is armed (EngineOptions::inject_fault) and this is its nth pass.
+  void fault_point(EngineSite site, const StageRt& st) {
+    if (opts.inject_fault.nth != 0 && opts.inject_fault.site == site) [[unlikely]]
+      inject_fault(st);
+  }
+  void inject_fault(const StageRt& st);
   /// Ends the run early: sources stop, stages drop what reaches them, held items leave at once.
   void abort();
   bool failing() const { return aborted.load(std::memory_order_relaxed); }

@@ -6,6 +6,7 @@
 #include <cxxabi.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -60,15 +61,23 @@ std::optional<int> ResourcePool::try_acquire() {
 }
 
 void ResourcePool::release(int index) {
+  {
+    std::lock_guard lock(mu_);
+    if (index < 0 || index >= size_ || !out_[static_cast<size_t>(index)])
+      throw std::logic_error("ResourcePool::release(" + std::to_string(index) + "): not handed out (size " +
+                             std::to_string(size_) + ")");
+    out_[static_cast<size_t>(index)] = false;
+    free_.push_back(index);
+    if (!gate_.released) return;
+    ++releasing_;
+  }
+  // Without the lock: telling the engine may forward the owning stage's next input through its
+  // limiters, which must not run under a lock that other threads (a CUDA host callback, the
+  // stage's own acquire) wait for. set_gate() waits until this call is over, so the engine's
+  // teardown never races with it.
+  gate_.released();
   std::lock_guard lock(mu_);
-  if (index < 0 || index >= size_ || !out_[static_cast<size_t>(index)])
-    throw std::logic_error("ResourcePool::release(" + std::to_string(index) + "): not handed out (size " +
-                           std::to_string(size_) + ")");
-  out_[static_cast<size_t>(index)] = false;
-  free_.push_back(index);
-  // Under the lock, so that set_gate() at the end of a run waits for a release in progress on
-  // another thread (a CUDA callback) instead of racing with the engine's teardown.
-  if (gate_.released) gate_.released();
+  if (--releasing_ == 0) idle_.notify_all();
 }
 
 int ResourcePool::free_count() const {
@@ -77,7 +86,8 @@ int ResourcePool::free_count() const {
 }
 
 void ResourcePool::set_gate(Gate gate) {
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
+  idle_.wait(lock, [&] { return releasing_ == 0; });
   gate_ = std::move(gate);
 }
 

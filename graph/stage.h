@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -221,9 +222,11 @@ class ResourcePool {
   int take_locked();
   int size_;
   mutable std::mutex mu_;
+  std::condition_variable idle_;  // releasing_ fell to 0
   std::vector<int> free_;
   std::vector<bool> out_;  // per index: handed out
   Gate gate_;
+  int releasing_ = 0;  // release() calls telling the gate, outside the lock (set_gate waits for them)
 };
 
 /// Base class of every stage instance. One instance per stage; with workers > 1, process() is
@@ -269,14 +272,19 @@ struct StageType {
   PortType input = {};   // no_port(): a source
   PortType output = {};  // no_port(): a sink; any_port(): same type as the input
   config::Schema options = config::Schema();  // the type's own keys (the common keys are added by the engine)
-  bool own_thread = false;  // runs on a dedicated std::thread (device work); workers must be 1
+  // Runs on a dedicated std::thread (device work); workers must be 1. A source that declares
+  // it produces on a thread of its own (blocking reads: graph/source_thread.h).
+  bool own_thread = false;
   bool ordered = false;     // needs its input in sequence order (the engine guarantees it)
   int max_workers = 0;      // 0 = no limit; 1 for stateful stages such as pack
   bool timed = false;       // process() may call Emitter::hold_for (delay): held on a timer, not a thread
   OnStop on_stop = OnStop::finish;
   /// Routing filter: which of its producer's items this stage wants (null: all). An item a
   /// consumer does not want never enters its queue, so a consumer that only acts on some items
-  /// (eval on steps that carry eval weights) never holds its producer back on the others.
+  /// (eval on steps that carry eval weights) never holds its producer back on the others. Behind
+  /// an own-thread producer the place is taken when a wanted item is emitted, so the producer
+  /// waits only for an item the consumer takes; behind any other, when the producer is admitted.
+  /// (See docs/engine.md, Routing.)
   std::function<bool(const Item&)> accepts = {};
   std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};  // empty: declared only
 };

@@ -52,7 +52,14 @@ void Timer::main() {
     held_.erase(first);
     lock.unlock();
     Gateway* gateway = inv->gateway();
-    inv->complete();
+    Runtime& rt = inv->runtime();
+    const StageRt& st = inv->stage();
+    try {
+      rt.fault_point(EngineSite::timer, st);
+      inv->complete();
+    } catch (...) {
+      rt.fault(EngineSite::timer, st, std::current_exception());  // takes mu_ (expire_all): not held here
+    }
     inv.reset();
     gateway->release_wait();
     lock.lock();

@@ -29,6 +29,7 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                                      "text per message, in whole documents (auto: about one batch, "
                                                                      "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
                                                                      1, 1 << 26),
+                                     .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});
 
 PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
@@ -41,6 +42,7 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                                     .integer_or_auto("chunk_tokens", std::string("auto"),
                                                                      "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
                                                                      1, 1 << 26),
+                                     .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});
 
 PIPELINE_STAGE_DECLARE(synthetic, {.name = "synthetic",

@@ -47,7 +47,10 @@ std::optional<WindowPool::Window> WindowPool::spare() {
 
 WindowPool::Window WindowPool::overflow() {
   overflows_.fetch_add(1, std::memory_order_relaxed);
-  return Window{fresh(), nullptr};
+  // Pageable, never pinned: pinning takes the driver's lock and can take milliseconds, and pack
+  // runs on a TBB worker. The copy out of pageable memory is staged by the driver before the
+  // copy call returns, so the buffer may go as soon as h2d lets go of it.
+  return Window{torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16)), nullptr};
 }
 
 }  // namespace pipeline::stages

@@ -57,8 +57,8 @@ class WindowPool {
   /// Another buffer if one is free now; never waits.
   std::optional<Window> spare();
   /// A buffer from outside the pool, for a window beyond those the pool has free (an input that
-  /// makes more windows than there are free buffers). Allocated per window (from torch's caching
-  /// pinned allocator on CUDA, which keeps it until its copies are done); the engine's bound on
+  /// makes more windows than there are free buffers). Allocated per window, in pageable memory
+  /// (pinning inside a task would hold a TBB worker for milliseconds); the engine's bound on
   /// pack's output queue limits how many exist at once. Counted in overflows().
   Window overflow();
 

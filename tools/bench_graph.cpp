@@ -2,17 +2,21 @@
 //   overlap:  three stages costing a, b, c ms per item (one worker each) should take about
 //             max(a, b, c) per item in steady state, not a + b + c.
 //   overhead: items/s through a chain of pass-through CPU stages, with stats off, on, and on + trace;
-//             the stats cost should be under 2% of throughput.
+//             the stats cost should be under 2% of throughput. Also with batching off, against
+//             the same chain in plain oneTBB with one limiter (the engine's cost per hop).
 // usage: bench_graph [overlap|overhead|all] [--items N] [--repeats R] [--stages K]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <oneapi/tbb/flow_graph.h>
 
 #include "graph/engine.h"
 
@@ -81,7 +85,7 @@ void overlap(int items, const std::string& kind) {
   }
 }
 
-double chain_rate(int items, int n_stages, bool stats, bool trace) {
+double chain_rate(int items, int n_stages, bool stats, bool trace, bool batch = true) {
   GraphSpec g;
   g.add("src", "test_source").set("count", int64_t{items});
   std::string prev = "src";
@@ -93,6 +97,7 @@ double chain_rate(int items, int n_stages, bool stats, bool trace) {
   g.add("sink", "bench_drop", {prev}, 1, 64);
   EngineOptions o;
   o.stats = stats;
+  o.batch = batch;
   auto dir = std::filesystem::temp_directory_path() / "bench_graph_run";
   if (trace) o.run_dir = dir;
   Engine e(std::move(g), o);
@@ -104,6 +109,38 @@ double chain_rate(int items, int n_stages, bool stats, bool trace) {
   return items / s;
 }
 
+// The reference for the engine's cost per hop: the same chain as plain oneTBB, with the same
+// payload (an Item) and one limiter bounding the whole chain at 64 items, given back by the sink.
+double plain_tbb_rate(int items, int n_stages) {
+  namespace flow = tbb::flow;
+  flow::graph g;
+  int64_t next = 0;
+  flow::input_node<Item> src(g, [&](tbb::flow_control& fc) -> Item {
+    if (next >= items) {
+      fc.stop();
+      return {};
+    }
+    return Item::make<int64_t>(next++);
+  });
+  flow::limiter_node<Item> limit(g, 64);
+  std::vector<std::unique_ptr<flow::function_node<Item, Item>>> pass;
+  for (int i = 0; i < n_stages; ++i)
+    pass.push_back(std::make_unique<flow::function_node<Item, Item>>(g, flow::serial, [](const Item& it) { return it; }));
+  flow::function_node<Item, flow::continue_msg> sink(g, flow::serial, [](const Item&) { return flow::continue_msg(); });
+  flow::make_edge(src, limit);
+  flow::sender<Item>* prev = &limit;
+  for (auto& p : pass) {
+    flow::make_edge(*prev, *p);
+    prev = p.get();
+  }
+  flow::make_edge(*prev, sink);
+  flow::make_edge(sink, limit.decrementer());
+  auto t0 = Clock::now();
+  src.activate();
+  g.wait_for_all();
+  return items / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -113,18 +150,24 @@ void overhead(int items, int repeats, int n_stages) {
   std::printf("\n== overhead: %d items through source -> %d x pass-through -> sink (1 worker each, capacity 64), "
               "median of %d runs, runs interleaved\n",
               items, n_stages, repeats);
-  std::vector<double> off, on, tr;
+  std::vector<double> off, on, tr, unbatched, plain;
   for (int r = 0; r < repeats; ++r) {
     off.push_back(chain_rate(items, n_stages, false, false));
     on.push_back(chain_rate(items, n_stages, true, false));
     tr.push_back(chain_rate(items, n_stages, true, true));
+    unbatched.push_back(chain_rate(items, n_stages, false, false, false));
+    plain.push_back(plain_tbb_rate(items, n_stages));
   }
-  double m_off = median(off), m_on = median(on), m_tr = median(tr);
+  double m_off = median(off), m_on = median(on), m_tr = median(tr), m_unb = median(unbatched), m_plain = median(plain);
   int hops = n_stages + 1;
-  std::printf("%-26s %14s %16s %10s\n", "mode", "items/s", "ns/item/hop", "vs off");
-  std::printf("%-26s %14.0f %16.0f %10s\n", "stats off", m_off, 1e9 / m_off / hops, "");
-  std::printf("%-26s %14.0f %16.0f %+9.1f%%\n", "stats on", m_on, 1e9 / m_on / hops, 100 * (m_on / m_off - 1));
-  std::printf("%-26s %14.0f %16.0f %+9.1f%%\n", "stats on + trace + files", m_tr, 1e9 / m_tr / hops, 100 * (m_tr / m_off - 1));
+  std::printf("%-34s %14s %16s %10s\n", "mode", "items/s", "ns/item/hop", "vs off");
+  std::printf("%-34s %14.0f %16.0f %10s\n", "stats off", m_off, 1e9 / m_off / hops, "");
+  std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "stats on", m_on, 1e9 / m_on / hops, 100 * (m_on / m_off - 1));
+  std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "stats on + trace + files", m_tr, 1e9 / m_tr / hops, 100 * (m_tr / m_off - 1));
+  std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "stats off, batching off", m_unb, 1e9 / m_unb / hops, 100 * (m_unb / m_off - 1));
+  std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "plain oneTBB chain, one limiter", m_plain, 1e9 / m_plain / hops,
+              100 * (m_plain / m_off - 1));
+  std::printf("engine (batching off) / plain oneTBB, time per item: %.2fx\n", m_plain / m_unb);
 }
 
 }  // namespace

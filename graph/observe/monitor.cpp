@@ -152,7 +152,9 @@ void Monitor::sample(int64_t now) {
     StageRt& st = *stp;
     if (st.done.load(std::memory_order_relaxed)) continue;
     int64_t workers = st.is_source() ? 1 : st.worker_slots.bound();
-    double idle = static_cast<double>(std::max<int64_t>(0, workers - st.running.load(std::memory_order_relaxed))) * dt;
+    // An invocation waiting for a place on an on-demand edge is idle (blocked), not busy.
+    const int64_t working = st.running.load(std::memory_order_relaxed) - st.placing.load(std::memory_order_relaxed);
+    double idle = static_cast<double>(std::max<int64_t>(0, workers - working)) * dt;
     if (idle <= 0) continue;
     bool input = false, full = false, in_order = false;
     for (EdgeRt* e : st.inputs)
