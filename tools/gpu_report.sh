@@ -150,11 +150,11 @@ packages() {
     owners >"$WORK/used.txt"
     # Libraries are needed whoever else would bring them: CMake is told to find them in the
     # unpacked tree, where a -dev package's libfoo.so links to its runtime package's file. Only
-    # the compiler's own run-time libraries are left to the machine's compiler.
+    # the compiler's own run-time libraries (its sanitizers' too) are left to the machine's compiler.
     grep -E '\.so(\.[0-9]+)*$' "$WORK/files.txt" >"$WORK/libs.txt" || true
     cp "$WORK/files.txt" "$WORK/all_files.txt"
     cp "$WORK/libs.txt" "$WORK/files.txt"
-    owners | grep -vE '^(libc6|libc6-dev|libstdc\+\+.*|libgcc.*|libgomp.*|libatomic.*|libquadmath.*|libcrypt.*|linux-libc-dev)$' \
+    owners | grep -vE '^(libc6|libc6-dev|libstdc\+\+.*|libgcc.*|libgomp.*|libatomic.*|libquadmath.*|libcrypt.*|linux-libc-dev|lib(a|t|ub|l|hwa)san[0-9]*)$' \
       >"$WORK/lib_owners.txt" || true
     mv "$WORK/all_files.txt" "$WORK/files.txt"
     { comm -23 "$WORK/used.txt" "$WORK/toolchain.txt"; cat "$WORK/lib_owners.txt"; } | sort -u >"$WORK/needed.txt"
