@@ -1,20 +1,11 @@
 // Deterministic weighted interleave of text datasets (see dataset_mix.h).
 #include "datasets/dataset_mix.h"
 
-#include <algorithm>
 #include <cmath>
 
+#include "datasets/document_mix.h"  // mix_pick, the draw rule both mixes share
+
 namespace pipeline::datasets {
-namespace {
-
-uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 void MixedTextReader::open(const std::vector<MixSource>& sources, const std::string& split, uint64_t seed,
                            const MixPosition& start, DatasetReaderOptions options) {
@@ -48,9 +39,7 @@ void MixedTextReader::open(const std::vector<MixSource>& sources, const std::str
 
 void MixedTextReader::next(std::string& document, size_t* source) {
   for (;;) {  // with a partition, other ranks' draws are read and dropped
-    double u = static_cast<double>(mix64(seed_ ^ mix64(draws_)) >> 11) * 0x1.0p-53;  // [0, 1)
-    size_t i = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
-    i = std::min(i, readers_.size() - 1);
+    const size_t i = mix_pick(cumulative_, seed_, draws_);
     if (!readers_[i].next(document)) throw DatasetError("dataset mix: source " + std::to_string(i) + " ran dry");
     if (!partition_.owns(draws_++)) continue;
     if (source) *source = i;

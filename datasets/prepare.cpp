@@ -19,7 +19,9 @@
 
 #include "base/json.h"
 #include "datasets/llmc_shard.h"
+#include "datasets/parquet_reader.h"
 #include "datasets/shard.h"
+#include "datasets/text_check.h"
 #include "datasets/tokenizer.h"
 
 namespace pipeline::datasets {
@@ -52,7 +54,10 @@ using AdvanceFn = std::function<void(uint64_t)>;
 
 void read_jsonl(std::ifstream& in, const fs::path& path, const EmitFn& emit, const AdvanceFn& advance) {
   std::string line;
+  uint64_t offset = 0;
   for (uint64_t line_no = 1; std::getline(in, line); ++line_no) {
+    refuse_nul_bytes(path, line, offset);
+    offset += line.size() + 1;
     advance(line.size() + 1);
     if (!line.empty() && line.back() == '\r') line.pop_back();
     std::string where = path.string() + ":" + std::to_string(line_no);
@@ -75,13 +80,18 @@ void read_jsonl(std::ifstream& in, const fs::path& path, const EmitFn& emit, con
   }
 }
 
-void read_plain(std::ifstream& in, DocumentRule rule, const EmitFn& emit, const AdvanceFn& advance) {
+void read_plain(std::ifstream& in, const fs::path& path, DocumentRule rule, const EmitFn& emit,
+                const AdvanceFn& advance) {
+  uint64_t offset = 0;
   if (rule == DocumentRule::file) {
     std::string doc;
     char buf[1 << 16];
     while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-      doc.append(buf, static_cast<size_t>(in.gcount()));
-      advance(static_cast<uint64_t>(in.gcount()));
+      const std::string_view chunk(buf, static_cast<size_t>(in.gcount()));
+      refuse_nul_bytes(path, chunk, offset);
+      offset += chunk.size();
+      doc.append(chunk);
+      advance(chunk.size());
     }
     emit(std::move(doc));
     return;
@@ -89,6 +99,8 @@ void read_plain(std::ifstream& in, DocumentRule rule, const EmitFn& emit, const 
   std::string line, doc;
   while (std::getline(in, line)) {
     bool had_newline = !in.eof();
+    refuse_nul_bytes(path, line, offset);
+    offset += line.size() + (had_newline ? 1 : 0);
     advance(line.size() + (had_newline ? 1 : 0));
     if (is_blank(line)) {
       if (!doc.empty()) emit(std::move(doc));
@@ -106,13 +118,36 @@ void read_plain(std::ifstream& in, DocumentRule rule, const EmitFn& emit, const 
   if (!doc.empty()) emit(std::move(doc));
 }
 
-void read_documents(const fs::path& path, DocumentRule rule, const EmitFn& emit, const AdvanceFn& advance) {
+// Parquet: the column's non-null values in file and row-group order; the bytes count as read
+// once the file is done. Returns the nulls skipped.
+uint64_t read_parquet(const fs::path& path, const std::string& column, const EmitFn& emit, const AdvanceFn& advance) {
+  ParquetDocumentReader reader;
+  ParquetReaderOptions o;
+  o.column = column;
+  o.shuffle = false;
+  reader.open(path, {}, /*loop=*/false, o);
+  for (std::string doc; reader.next(doc);) emit(std::move(doc));
+  advance(fs::file_size(path));
+  return reader.nulls_skipped();
+}
+
+void read_documents(const fs::path& path, const PrepareOptions& o, const EmitFn& emit, const AdvanceFn& advance,
+                    PrepareResult& result) {
+  if (path.extension() == ".parquet") {
+    result.parquet_nulls += read_parquet(path, o.column, emit, advance);
+    return;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw DatasetError(path.string() + ": cannot open input");
+  char head[8] = {};
+  in.read(head, sizeof head);
+  refuse_binary_signature(path, std::string_view(head, static_cast<size_t>(in.gcount())));
+  in.clear();
+  in.seekg(0);
   if (is_jsonl(path))
     read_jsonl(in, path, emit, advance);
   else
-    read_plain(in, rule, emit, advance);
+    read_plain(in, path, o.rule, emit, advance);
   if (in.bad()) throw DatasetError(path.string() + ": read error");
 }
 
@@ -287,6 +322,11 @@ std::vector<fs::path> expand_inputs(const std::vector<fs::path>& inputs, uint64_
   std::vector<fs::path> files;
   uint64_t hidden = 0;
   for (const auto& in : inputs) {
+    if (!fs::is_regular_file(in) && is_parquet_source(in)) {  // a directory of Parquet, a hub snapshot, a glob
+      auto parquet = list_parquet_files(in);
+      files.insert(files.end(), parquet.begin(), parquet.end());
+      continue;
+    }
     if (!fs::exists(in)) throw DatasetError(in.string() + ": input does not exist");
     if (!fs::is_directory(in)) {
       files.push_back(in);
@@ -356,8 +396,12 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const Prepare
 
   for (const auto& file : files) {
     read_documents(
-        file, o.rule,
+        file, o,
         [&](std::string&& doc) {
+          if (const uint64_t bad = invalid_utf8_bytes(doc)) {
+            ++result.invalid_utf8_documents;
+            result.invalid_utf8_bytes += bad;
+          }
           bool is_val = goes_to_val(o.seed, doc_index++, o.val_fraction);
           if (!tok) {
             (is_val ? val : train).add(std::string_view(doc));
@@ -369,7 +413,7 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const Prepare
           }
           progress.update(bytes_done, doc_index);
         },
-        [&](uint64_t n) { bytes_done += n; });
+        [&](uint64_t n) { bytes_done += n; }, result);
   }
   if (tok && !batch.empty()) flush_batch();
 

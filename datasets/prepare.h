@@ -2,15 +2,21 @@
 // into train/val shards plus manifest.json, deterministically for a seed.
 //
 // Inputs. A directory is walked recursively and its files taken in sorted path order (names
-// starting with '.' are skipped and counted). Files ending in .jsonl or .ndjson are JSON Lines:
-// one JSON object per line, its "text" string is one document (an empty or invalid line, or one
-// without a string "text", is an error naming file:line). Every other file is plain text, cut
-// into documents by the DocumentRule:
+// starting with '.' are skipped and counted); a directory of Parquet files (or a hub snapshot)
+// or a quoted glob of them gives its Parquet files (parquet_reader.h). Files ending in .parquet
+// are read row by row: each non-null value of the `column` option is one document, in file and
+// row-group order (nulls are skipped and counted). Files ending in .jsonl or .ndjson are JSON
+// Lines: one JSON object per line, its "text" string is one document (an empty or invalid line,
+// or one without a string "text", is an error naming file:line). Every other file is plain text,
+// refused when it starts with a binary signature (Parquet, gzip, zstd, Arrow IPC, ...) or holds a
+// NUL byte (text_check.h), and cut into documents by the DocumentRule:
 //   blank_lines (default): a document is a run of non-blank lines, each with its newline;
 //                 blank lines (empty or only spaces, tabs, '\r') separate documents and are
 //                 dropped. Suits tiny-shakespeare (one speech per document) and prose.
 //   lines:        every non-blank line is a document, without its "\n" or "\r\n".
 //   file:         each file is one document, byte for byte.
+//
+// Invalid UTF-8 is kept (GPT-2's BPE encodes any bytes) and counted in the result.
 //
 // Split. Document i (counting from 0 over all inputs in order) goes to "val" when
 // splitmix64(seed, i) / 2^64 < val_fraction, else to "train"; order within a split is input
@@ -55,6 +61,7 @@ struct PrepareOptions {
   int threads = 0;                               // tokenizing threads; 0 = hardware concurrency
   bool overwrite = false;                        // replace a dataset already in out_dir
   bool progress = false;                         // report progress on stderr
+  std::string column = "text";                   // Parquet inputs: the text column
 };
 
 struct PrepareResult {
@@ -63,6 +70,9 @@ struct PrepareResult {
   uint64_t input_bytes = 0;
   uint64_t documents = 0;
   uint64_t hidden_files_skipped = 0;
+  uint64_t parquet_nulls = 0;           // null rows skipped in Parquet inputs
+  uint64_t invalid_utf8_documents = 0;  // documents holding bytes that are not UTF-8
+  uint64_t invalid_utf8_bytes = 0;      // (tokenized as bytes, as GPT-2's BPE allows)
   double seconds = 0;
 };
 

@@ -1,12 +1,15 @@
 // read_shards: the source of a training graph. Streams documents from the text shards of a
 // prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position;
-// or, with `mix`, from several datasets drawn by weight (reproducible and resumable). Documents
+// from Parquet files (a file, directory, glob or hub snapshot: datasets/parquet_reader.h, row
+// groups shuffled with the run's seed, decoded on the reader's own thread); or, with `mix`, from
+// several of these drawn by weight (reproducible and resumable). Documents
 // leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk.
 #include <algorithm>
 #include <optional>
 
-#include "datasets/dataset_mix.h"
+#include "datasets/document_mix.h"
 #include "datasets/dataset_reader.h"
+#include "datasets/parquet_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 
@@ -49,10 +52,20 @@ class ReadShards : public graph::Stage {
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
     const auto& mix = ctx.options.get_string_list("mix");
+    const std::string& column = ctx.options.get_string("column");
     if (mix.empty()) {
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
                                     "] mix is empty");
+      if (datasets::is_parquet_source(dir)) {
+        parquet_.emplace();
+        parquet_->open(dir, rc_.start.pos.pos, rc_.cfg.data.loop,
+                       {.column = column,
+                        .shuffle = ctx.options.get_bool("shuffle"),
+                        .seed = static_cast<uint64_t>(rc_.cfg.run.seed),
+                        .partition = rc_.partition});
+        return;
+      }
       reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
       return;
     }
@@ -63,7 +76,7 @@ class ReadShards : public graph::Stage {
       throw std::invalid_argument("the checkpoint's data position mixes " + std::to_string(start.sources.size()) +
                                   " datasets, [stages." + ctx.name + "] mix names " + std::to_string(sources.size()));
     mixed_.emplace();
-    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start, reader_options(rc_));
+    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start, reader_options(rc_), column);
   }
 
   bool produce(graph::Emitter& out) override {
@@ -75,7 +88,7 @@ class ReadShards : public graph::Stage {
     while (chunk.text.size() < chunk_bytes_) {
       if (mixed_) {
         mixed_->next(doc_);  // mixed sources loop: never runs dry
-      } else if (!reader_.next(doc_)) {
+      } else if (!(parquet_ ? parquet_->next(doc_) : reader_.next(doc_))) {
         more = false;
         break;
       }
@@ -93,7 +106,7 @@ class ReadShards : public graph::Stage {
       p.mixed = true;
       p.mix = mixed_->position();
     } else {
-      p.pos = reader_.position();
+      p.pos = parquet_ ? parquet_->position() : reader_.position();
     }
     return p;
   }
@@ -102,7 +115,8 @@ class ReadShards : public graph::Stage {
   size_t chunk_bytes_;
   std::string doc_;
   datasets::TextDatasetReader reader_;
-  std::optional<datasets::MixedTextReader> mixed_;
+  std::optional<datasets::ParquetDocumentReader> parquet_;
+  std::optional<datasets::MixedDocumentReader> mixed_;
 };
 
 // Declared, with its options, in stages/catalog.cpp.

@@ -23,6 +23,7 @@
 #include "datasets/prepare.h"
 #include "datasets/sha256.h"
 #include "datasets/shard.h"
+#include "datasets/text_check.h"
 #include "base/json.h"
 #include "datasets/tokenizer.h"
 
@@ -465,6 +466,58 @@ TEST_CASE("prepare reports bad JSON Lines with file:line") {
   e = run("[1]\n");
   CHECK(e.find("d.jsonl:1: expected a JSON object") != std::string::npos);
   CHECK(run("{\"text\": \"a\"}\r\n{\"text\": \"b\"}").empty());
+}
+
+TEST_CASE("prepare refuses binary input given as text, naming the file and offset, and counts invalid UTF-8") {
+  TempDir tmp;
+  auto run = [&](const std::string& name, const std::string& content, DocumentRule rule = DocumentRule::blank_lines) {
+    write_file(tmp / name, content);
+    PrepareOptions o = quiet_options(tmp / "out");
+    o.overwrite = true;
+    o.rule = rule;
+    o.val_fraction = 0.0;
+    return error_of([&] { prepare_dataset({tmp / name}, o); });
+  };
+  const std::string tail = std::string("\x01\x02 some payload\n", 16);
+  struct Case {
+    const char* name;
+    std::string head;
+    const char* says;
+  };
+  for (const Case& c : {Case{"docs.pq", "PAR1", "Parquet data (it starts with 50 41 52 31), not text"},
+                        Case{"docs.txt.gz", "\x1f\x8b\x08", "gzip data"},
+                        Case{"docs.zst", "\x28\xb5\x2f\xfd", "zstd data"},
+                        Case{"docs.arrow", "ARROW1\0\0", "Arrow IPC data"},
+                        Case{"docs.arrows", "\xff\xff\xff\xff", "Arrow IPC stream data"},
+                        Case{"docs.jsonl", "PAR1", "Parquet data"}}) {
+    CAPTURE(c.name);
+    const std::string e = run(c.name, c.head + tail);
+    CHECK(e.find((tmp / c.name).string() + ": byte 0: " + c.says) != std::string::npos);
+  }
+  // A NUL byte, by every reader, at its byte offset.
+  CHECK(run("nul.txt", std::string("line one\nline\0two\n", 18)).find("nul.txt: byte 13: a NUL byte") != std::string::npos);
+  CHECK(run("nul.txt", std::string("abc\n\0", 5), DocumentRule::lines).find("nul.txt: byte 4: a NUL byte") !=
+        std::string::npos);
+  CHECK(run("nul.txt", std::string(70000, 'a') + std::string(1, '\0'), DocumentRule::file)
+            .find("nul.txt: byte 70000: a NUL byte") != std::string::npos);
+  CHECK(run("nul.jsonl", std::string("{\"text\": \"a\"}\n{\"text\"\0}\n", 24)).find("nul.jsonl: byte 21: a NUL byte") !=
+        std::string::npos);
+  // Invalid UTF-8 is tokenized as bytes and counted.
+  CHECK(invalid_utf8_bytes("plain ascii, caf\xc3\xa9, \xe6\x97\xa5, \xf0\x9f\x98\x80") == 0);
+  CHECK(invalid_utf8_bytes("\xff") == 1);
+  CHECK(invalid_utf8_bytes("a\xc3(b") == 1);             // a lead byte without its continuation
+  CHECK(invalid_utf8_bytes("\xed\xa0\x80") == 3);         // a UTF-16 surrogate
+  CHECK(invalid_utf8_bytes("\xc0\xaf") == 2);              // overlong
+  CHECK(invalid_utf8_bytes("\xf4\x90\x80\x80") == 4);     // above U+10FFFF
+  write_file(tmp / "latin1.txt", "caf\xe9 au lait\n\nna\xefve \xff\xfe\n\nfine\n");
+  PrepareOptions o = quiet_options(tmp / "utf8");
+  o.val_fraction = 0.0;
+  o.tokens = true;
+  PrepareResult r = prepare_dataset({tmp / "latin1.txt"}, o);
+  CHECK(r.documents == 3);
+  CHECK(r.invalid_utf8_documents == 2);
+  CHECK(r.invalid_utf8_bytes == 4);
+  CHECK(r.manifest.documents("train") == 3);
 }
 
 TEST_CASE("prepare is deterministic for a seed") {

@@ -8,8 +8,12 @@
 // thread's: the share of the CPU the input side spends tokenizing, which holds on a loaded
 // machine where wall-clock rates do not.
 //
+// With --dataset given more than once (a prepared dataset, Parquet files), the trials alternate
+// between them in one run and each gets its median and its ratio to the first: input formats
+// compared under the same load.
+//
 // usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] [--seq T]
-//                    [--dataset DIR] [--chunk-bytes N]
+//                    [--dataset DIR]... [--chunk-bytes N]
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,6 +26,7 @@
 #include <time.h>
 
 #include "datasets/dataset_reader.h"
+#include "datasets/parquet_reader.h"
 #include "datasets/tokenizer.h"
 #include "tools/bench_meter.h"
 
@@ -41,11 +46,16 @@ double thread_cpu_s() {
 // One tokenizer thread on the dataset's first `limit` bytes of documents: MB/s of wall time
 // and MB per CPU-second (the latter holds on a loaded machine).
 std::pair<double, double> tokenizer_mb_s(const std::string& dataset, size_t limit) {
-  datasets::TextDatasetReader r;
-  r.open(dataset, "train");
+  datasets::TextDatasetReader text;
+  datasets::ParquetDocumentReader parquet;
+  const bool is_parquet = datasets::is_parquet_source(dataset);
+  if (is_parquet)
+    parquet.open(dataset);
+  else
+    text.open(dataset, "train");
   std::vector<std::string> docs;
   size_t bytes = 0;
-  for (std::string d; bytes < limit && r.next(d);) {
+  for (std::string d; bytes < limit && (is_parquet ? parquet.next(d) : text.next(d));) {
     bytes += d.size();
     docs.push_back(d);
   }
@@ -69,7 +79,8 @@ std::pair<double, double> tokenizer_mb_s(const std::string& dataset, size_t limi
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string workers = "auto", dataset = std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/text";
+  std::string workers = "auto";
+  std::vector<std::string> data_sets;
   std::string chunk = "auto";
   int trials = 3;
   double seconds = 5, warmup_s = 1;
@@ -89,51 +100,64 @@ int main(int argc, char** argv) {
     else if (a == "--trials") trials = std::atoi(next().c_str());
     else if (a == "--batch") B = std::atoll(next().c_str());
     else if (a == "--seq") T = std::atoll(next().c_str());
-    else if (a == "--dataset") dataset = next();
+    else if (a == "--dataset") data_sets.push_back(next());
     else if (a == "--chunk-bytes") chunk = next();
     else {
       std::fprintf(stderr,
                    "usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] "
-                   "[--seq T] [--dataset DIR] [--chunk-bytes N|auto]\n");
+                   "[--seq T] [--dataset DIR]... [--chunk-bytes N|auto]\n");
       return 2;
     }
   }
+  if (data_sets.empty()) data_sets.push_back(std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/text");
   const unsigned cores = std::thread::hardware_concurrency();
-  auto [tok, tok_cpu] = tokenizer_mb_s(dataset, 8u << 20);
-  std::printf("input side: read_shards -> tokenize x %s -> pack -> sink, B=%lld T=%lld, %s\n", workers.c_str(),
-              static_cast<long long>(B), static_cast<long long>(T), dataset.c_str());
+  auto [tok, tok_cpu] = tokenizer_mb_s(data_sets.front(), 8u << 20);
+  std::printf("input side: read_shards -> tokenize x %s -> pack -> sink, B=%lld T=%lld\n", workers.c_str(),
+              static_cast<long long>(B), static_cast<long long>(T));
+  for (size_t d = 0; d < data_sets.size(); ++d) std::printf("  [%zu] %s\n", d, data_sets[d].c_str());
   std::printf("one tokenizer thread on this text: %.1f MB/s (%.1f MB per CPU-second); %u cores: goal >= 60%% of "
               "%.1f = %.1f MB/s\n",
               tok, tok_cpu, cores, cores * tok, 0.6 * cores * tok);
-  std::printf("%6s %10s %12s %12s %15s %12s %15s\n", "trial", "MB/s", "tokens/s", "batches/s", "of cores x tok",
-              "MB/CPU-s", "of tok MB/CPU-s");
-  std::vector<double> rates;
-  for (int t = 0; t < trials; ++t) {
-    bench_meter::InputSide in;
-    in.dataset = dataset;
-    in.batch = B;
-    in.seq = T;
-    in.chunk_bytes = chunk;
-    in.tokenize_workers = workers == "auto" ? 0 : std::atoi(workers.c_str());
-    double s = 0, cpu = 0;
-    uint64_t bytes = 0, tokens = 0, batches = 0;
-    bench_meter::run_input_side(in, [&](graph::Engine&) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
-      const uint64_t b0 = g_counters.bytes, k0 = g_counters.tokens, n0 = g_counters.batches;
-      const double c0 = process_cpu_s();
-      const auto t0 = Clock::now();
-      std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-      s = std::chrono::duration<double>(Clock::now() - t0).count();
-      cpu = process_cpu_s() - c0;
-      bytes = g_counters.bytes - b0, tokens = g_counters.tokens - k0, batches = g_counters.batches - n0;
-    });
-    double mb = bytes / s / 1e6;
-    rates.push_back(mb);
-    double mb_cpu = bytes / cpu / 1e6;
-    std::printf("%6d %10.1f %12.0f %12.1f %14.0f%% %12.1f %14.0f%%\n", t, mb, tokens / s, batches / s,
-                100 * mb / (cores * tok), mb_cpu, 100 * mb_cpu / tok_cpu);
+  std::printf("%6s %4s %10s %12s %12s %15s %12s %15s\n", "trial", "data", "MB/s", "tokens/s", "batches/s",
+              "of cores x tok", "MB/CPU-s", "of tok MB/CPU-s");
+  std::vector<std::vector<double>> rates(data_sets.size()), token_rates(data_sets.size());
+  for (int t = 0; t < trials; ++t)
+    for (size_t d = 0; d < data_sets.size(); ++d) {
+      bench_meter::InputSide in;
+      in.dataset = data_sets[d];
+      in.batch = B;
+      in.seq = T;
+      in.chunk_bytes = chunk;
+      in.tokenize_workers = workers == "auto" ? 0 : std::atoi(workers.c_str());
+      double s = 0, cpu = 0;
+      uint64_t bytes = 0, tokens = 0, batches = 0;
+      bench_meter::run_input_side(in, [&](graph::Engine&) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(warmup_s));
+        const uint64_t b0 = g_counters.bytes, k0 = g_counters.tokens, n0 = g_counters.batches;
+        const double c0 = process_cpu_s();
+        const auto t0 = Clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+        s = std::chrono::duration<double>(Clock::now() - t0).count();
+        cpu = process_cpu_s() - c0;
+        bytes = g_counters.bytes - b0, tokens = g_counters.tokens - k0, batches = g_counters.batches - n0;
+      });
+      double mb = bytes / s / 1e6;
+      rates[d].push_back(mb);
+      token_rates[d].push_back(tokens / s);
+      double mb_cpu = bytes / cpu / 1e6;
+      std::printf("%6d %4zu %10.1f %12.0f %12.1f %14.0f%% %12.1f %14.0f%%\n", t, d, mb, tokens / s, batches / s,
+                  100 * mb / (cores * tok), mb_cpu, 100 * mb_cpu / tok_cpu);
+      std::fflush(stdout);
+    }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  for (size_t d = 0; d < data_sets.size(); ++d) {
+    std::printf("[%zu] median %.1f MB/s, %.0f tokens/s, best %.1f MB/s", d, median(rates[d]), median(token_rates[d]),
+                *std::max_element(rates[d].begin(), rates[d].end()));
+    if (d > 0) std::printf("; %.0f%% of [0]'s median", 100 * median(rates[d]) / median(rates[0]));
+    std::printf("\n");
   }
-  std::sort(rates.begin(), rates.end());
-  std::printf("median %.1f MB/s, best %.1f MB/s\n", rates[rates.size() / 2], rates.back());
   return 0;
 }

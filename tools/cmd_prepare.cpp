@@ -20,8 +20,11 @@ checksums) and DIR/manifest.json (shard names, sizes, document and token counts,
 The same inputs and options always produce byte-identical output.
 
 INPUT is a text file, a directory (walked recursively in sorted order; names starting with
-'.' are skipped and counted), or a JSON Lines file (.jsonl/.ndjson) whose lines are objects
-with a "text" string, one document per line.
+'.' are skipped and counted), a JSON Lines file (.jsonl/.ndjson) whose lines are objects
+with a "text" string, one document per line, or Parquet: a .parquet file, a directory of
+them or a Hugging Face snapshot (its data/*/*.parquet), or a quoted glob, each non-null
+value of the text column one document. Binary files given as text (Parquet without its
+name, gzip, zstd, Arrow IPC, NUL bytes) are refused; invalid UTF-8 is kept and counted.
 
 options:
   --out DIR            output directory (created; must be empty unless --force)
@@ -42,6 +45,7 @@ options:
                        suffixes K, M, G are powers of 1024)
   --level N            zstd compression level, 1..19 (default 3)
   --threads N          tokenizing threads with --tokens (default: all cores)
+  --column NAME        the text column of Parquet inputs (default text)
   --force              replace a dataset already in DIR
   --quiet              no progress or summary on stderr
 
@@ -49,6 +53,7 @@ example (tiny-shakespeare ships compressed in the repository):
   zstd -d datasets/data/tinyshakespeare/tinyshakespeare.txt.zst -o tinyshakespeare.txt
   pipeline prepare tinyshakespeare.txt --out data/shakespeare --tokens
   pipeline prepare tinyshakespeare.txt --out data/shakespeare_llmc --format llmc
+  pipeline prepare fineweb-edu/sample/10BT --out data/edu_fineweb --format llmc --val-fraction 0.01
 )";
 
 std::string need_value(const std::vector<std::string>& args, size_t& i) {
@@ -119,6 +124,8 @@ int prepare_main(const std::vector<std::string>& args) {
       o.level = static_cast<int>(parse_int(a, need_value(args, i), 1, 19));
     } else if (a == "--threads") {
       o.threads = static_cast<int>(parse_int(a, need_value(args, i), 1, 1024));
+    } else if (a == "--column") {
+      o.column = need_value(args, i);
     } else if (a == "--force") {
       o.overwrite = true;
     } else if (a == "--quiet" || a == "-q") {
@@ -133,6 +140,11 @@ int prepare_main(const std::vector<std::string>& args) {
   if (o.out_dir.empty()) throw std::invalid_argument("--out DIR is required (see pipeline prepare --help)");
   o.progress = !quiet;
   auto r = pipeline::datasets::prepare_dataset(inputs, o);
+  if (r.invalid_utf8_documents)  // a warning even with --quiet: the data is not what it claims
+    std::fprintf(stderr,
+                 "prepare: warning: %llu documents hold %llu bytes that are not valid UTF-8; they were kept and "
+                 "tokenized as bytes\n",
+                 (unsigned long long)r.invalid_utf8_documents, (unsigned long long)r.invalid_utf8_bytes);
   if (!quiet) {
     const auto& m = r.manifest;
     const char* unit = o.tokens || o.llmc ? "tokens" : "text bytes";
@@ -145,6 +157,9 @@ int prepare_main(const std::vector<std::string>& args) {
                    shards.size(), (unsigned long long)m.documents(split), (unsigned long long)m.items(split), unit,
                    bytes / 1e3);
     }
+    if (r.parquet_nulls)
+      std::fprintf(stderr, "  skipped %llu null rows of Parquet column \"%s\"\n", (unsigned long long)r.parquet_nulls,
+                   o.column.c_str());
     if (r.hidden_files_skipped)
       std::fprintf(stderr, "  skipped %llu hidden files or directories (names starting with '.')\n",
                    (unsigned long long)r.hidden_files_skipped);
@@ -154,4 +169,4 @@ int prepare_main(const std::vector<std::string>& args) {
 
 }  // namespace
 
-PIPELINE_COMMAND({"prepare", "turn text files / JSON Lines into train and val shards", kUsage, &prepare_main});
+PIPELINE_COMMAND({"prepare", "turn text files / JSON Lines / Parquet into train and val shards", kUsage, &prepare_main});

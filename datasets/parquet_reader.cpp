@@ -1,0 +1,439 @@
+// Parquet documents through Arrow C++ (see parquet_reader.h). A decoding thread walks the epoch's
+// row-group order and hands decoded slices of the text column to the consumer through a queue
+// bounded in bytes; the consumer turns rows into documents and keeps the position.
+#include "datasets/parquet_reader.h"
+
+#include <arrow/api.h>
+#include <arrow/io/file.h>
+#include <arrow/io/memory.h>
+#include <parquet/arrow/reader.h>
+#include <parquet/exception.h>
+#include <parquet/file_reader.h>
+#include <parquet/metadata.h>
+#include <parquet/schema.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <numeric>
+#include <thread>
+
+namespace pipeline::datasets {
+namespace fs = std::filesystem;
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The system allocator, not the wheel's bundled mimalloc/jemalloc: buffers cross from the decoding
+// thread to the consumer, and malloc is what the sanitizers see.
+arrow::MemoryPool* pool() { return arrow::system_memory_pool(); }
+
+void check(const arrow::Status& st, const std::string& where) {
+  if (!st.ok()) throw DatasetError(where + ": " + st.ToString());
+}
+
+// One Parquet file opened for reading the text column.
+struct OpenedFile {
+  std::unique_ptr<parquet::arrow::FileReader> reader;
+  int leaf = -1;  // the column's index among the file's leaf columns
+};
+
+OpenedFile open_parquet(std::shared_ptr<arrow::io::RandomAccessFile> in, const std::string& name,
+                        const std::string& column, int64_t batch_rows) {
+  OpenedFile f;
+  try {
+    parquet::arrow::FileReaderBuilder builder;
+    parquet::ReaderProperties reader_props(pool());
+    reader_props.set_page_checksum_verification(true);  // where the writer stored CRCs (cheap)
+    check(builder.Open(std::move(in), reader_props),
+          name + ": not a readable Parquet file (a truncated file or a corrupt footer)");
+    parquet::ArrowReaderProperties props;
+    props.set_use_threads(false);  // decode on the calling thread (the reader's own), not Arrow's pool
+    props.set_pre_buffer(false);   // no reads on Arrow's I/O threads either
+    props.set_batch_size(batch_rows);
+    auto built = builder.memory_pool(pool())->properties(props)->Build();
+    check(built.status(), name + ": not a readable Parquet file");
+    f.reader = std::move(built).ValueUnsafe();
+    std::shared_ptr<arrow::Schema> schema;
+    check(f.reader->GetSchema(&schema), name + ": unreadable schema");
+    const int field = schema->GetFieldIndex(column);
+    if (field < 0) {
+      std::string names;
+      for (const auto& fld : schema->fields()) names += (names.empty() ? "" : ", ") + fld->name();
+      throw DatasetError(name + ": no column \"" + column + "\" (the file has: " + names +
+                         "); choose one with the `column` option");
+    }
+    const auto& type = schema->field(field)->type();
+    if (type->id() != arrow::Type::STRING && type->id() != arrow::Type::LARGE_STRING)
+      throw DatasetError(name + ": column \"" + column + "\" holds " + type->ToString() +
+                         ", expected string or large_string");
+    f.leaf = f.reader->parquet_reader()->metadata()->schema()->ColumnIndex(column);
+    if (f.leaf < 0) throw DatasetError(name + ": column \"" + column + "\" is not a top-level column");
+  } catch (const parquet::ParquetException& e) {
+    throw DatasetError(name + ": not a readable Parquet file: " + e.what());
+  }
+  return f;
+}
+
+OpenedFile open_parquet_file(const fs::path& path, const std::string& column, int64_t batch_rows) {
+  auto in = arrow::io::ReadableFile::Open(path.string(), pool());
+  check(in.status(), path.string() + ": cannot open");
+  return open_parquet(std::move(in).ValueUnsafe(), path.string(), column, batch_rows);
+}
+
+// Decoded rows of one row group, [first_row, first_row + array->length()) of it.
+struct Piece {
+  enum class Kind { rows, unit_end, end, error } kind = Kind::rows;
+  uint64_t epoch = 0, k = 0;  // position of the row group in the epoch's order
+  uint64_t first_row = 0;     // within the row group
+  uint64_t global_first = 0;  // index of first_row among the epoch's rows in order (document split)
+  std::shared_ptr<arrow::Array> array;
+  size_t bytes = 0;
+  std::exception_ptr error;
+};
+
+// Row-group views of a string or large_string array.
+template <class A>
+bool row(const arrow::Array& a, int64_t i, std::string_view& out) {
+  if (a.IsNull(i)) return false;
+  out = static_cast<const A&>(a).GetView(i);
+  return true;
+}
+
+}  // namespace
+
+bool parquet_available() { return true; }
+
+struct ParquetDocumentReader::Impl {
+  struct Unit {
+    uint32_t file;
+    int row_group;
+    uint64_t rows;
+  };
+
+  // Set by open(), read-only afterwards (both threads read them).
+  std::vector<fs::path> files;
+  std::vector<Unit> units;
+  uint64_t total_rows = 0;
+  ParquetReaderOptions o;
+  bool loop = false;
+  bool by_row_group = true;  // the rank split: by row group, or by row within every row group
+
+  // The queue between the decoding thread and the consumer.
+  std::mutex mu;
+  std::condition_variable can_push, can_pop;
+  std::deque<Piece> queue;
+  size_t queued_bytes = 0;
+  bool stop = false;
+  std::thread decoder;
+
+  // Consumer state.
+  DatasetPosition pos;
+  Piece cur;
+  int64_t cur_row = 0;
+  bool ended = false;
+  bool large = false;
+  uint64_t nulls = 0, documents = 0;
+  uint64_t last_epoch_seen = 0, empty_epochs = 0, documents_at_epoch_start = 0;
+
+  ~Impl() { shutdown(); }
+
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      stop = true;
+    }
+    can_push.notify_all();
+    if (decoder.joinable()) decoder.join();
+  }
+
+  // The epoch's order of row groups: indices into `units`.
+  std::vector<uint32_t> order(uint64_t epoch) const {
+    std::vector<uint32_t> ord(units.size());
+    std::iota(ord.begin(), ord.end(), 0u);
+    if (o.shuffle) {
+      uint64_t state = splitmix64(o.seed ^ splitmix64(epoch + 0x5041525155455431ull));  // "PARQUET1"
+      for (size_t i = ord.size(); i > 1; --i) {
+        state = splitmix64(state);
+        std::swap(ord[i - 1], ord[static_cast<size_t>(state % i)]);
+      }
+    }
+    return ord;
+  }
+
+  bool owns_unit(uint64_t k) const { return !by_row_group || o.partition.owns(k); }
+
+  // Decoding thread: false once the reader is closing.
+  bool push(Piece p) {
+    std::unique_lock<std::mutex> lock(mu);
+    // Bounded in bytes; a piece larger than the bound still goes into an empty queue.
+    can_push.wait(lock, [&] { return stop || queue.empty() || queued_bytes + p.bytes <= o.read_ahead_bytes; });
+    if (stop) return false;
+    queued_bytes += p.bytes;
+    queue.push_back(std::move(p));
+    can_pop.notify_one();
+    return true;
+  }
+
+  void decode(DatasetPosition start) {
+    try {
+      decode_loop(start);
+    } catch (...) {
+      Piece p;
+      p.kind = Piece::Kind::error;
+      p.error = std::current_exception();
+      std::lock_guard<std::mutex> lock(mu);
+      queue.push_back(std::move(p));
+      can_pop.notify_one();
+    }
+  }
+
+  void decode_loop(DatasetPosition start) {
+    uint64_t epoch = start.epoch, k = start.shard, skip = start.item;
+    // The most recently used file stays open: consecutive row groups often share one.
+    uint32_t open_index = UINT32_MAX;
+    OpenedFile open;
+    for (;;) {
+      const std::vector<uint32_t> ord = order(epoch);
+      uint64_t global = 0;
+      for (uint64_t j = 0; j < k; ++j) global += units[ord[j]].rows;
+      for (; k < ord.size(); global += units[ord[k]].rows, ++k, skip = 0) {
+        if (!owns_unit(k)) continue;
+        const Unit& u = units[ord[k]];
+        if (open_index != u.file) {
+          open = open_parquet_file(files[u.file], o.column, o.batch_rows);
+          open_index = u.file;
+        }
+        const std::string where = files[u.file].string() + ": row group " + std::to_string(u.row_group);
+        auto batches = open.reader->GetRecordBatchReader({u.row_group}, {open.leaf});
+        check(batches.status(), where);
+        uint64_t row = 0;
+        for (;;) {
+          std::shared_ptr<arrow::RecordBatch> batch;
+          try {
+            check((*batches)->ReadNext(&batch), where);
+          } catch (const parquet::ParquetException& e) {
+            throw DatasetError(where + ": " + e.what());
+          }
+          if (!batch) break;
+          const uint64_t n = static_cast<uint64_t>(batch->num_rows());
+          if (row + n > skip && n > 0) {
+            Piece p;
+            p.epoch = epoch;
+            p.k = k;
+            p.first_row = std::max(row, skip);
+            p.global_first = global + p.first_row;
+            p.array = batch->column(0);
+            if (skip > row) p.array = p.array->Slice(static_cast<int64_t>(skip - row));
+            p.bytes = 64;  // the bound counts text bytes plus a little per piece
+            for (const auto& buf : p.array->data()->buffers)
+              if (buf) p.bytes += static_cast<size_t>(buf->size());
+            if (!push(std::move(p))) return;
+          }
+          row += n;
+        }
+        if (row != u.rows)
+          throw DatasetError(where + ": decoded " + std::to_string(row) + " rows, but the footer records " +
+                             std::to_string(u.rows));
+        Piece end;
+        end.kind = Piece::Kind::unit_end;
+        end.epoch = epoch;
+        end.k = k;
+        if (!push(std::move(end))) return;
+      }
+      if (!loop) {
+        Piece end;
+        end.kind = Piece::Kind::end;
+        end.epoch = epoch;
+        push(std::move(end));
+        return;
+      }
+      ++epoch;
+      k = 0;
+    }
+  }
+
+  Piece pop() {
+    std::unique_lock<std::mutex> lock(mu);
+    can_pop.wait(lock, [&] { return !queue.empty(); });
+    Piece p = std::move(queue.front());
+    queue.pop_front();
+    queued_bytes -= p.bytes;
+    can_push.notify_one();
+    return p;
+  }
+
+  bool next(std::string& doc) {
+    for (;;) {
+      if (cur.array && cur_row < cur.array->length()) {
+        const int64_t i = cur_row++;
+        pos.item = cur.first_row + static_cast<uint64_t>(i) + 1;
+        if (!by_row_group && !o.partition.owns(cur.global_first + static_cast<uint64_t>(i))) continue;
+        std::string_view v;
+        if (!(large ? row<arrow::LargeStringArray>(*cur.array, i, v) : row<arrow::StringArray>(*cur.array, i, v))) {
+          ++nulls;
+          continue;
+        }
+        doc.assign(v.data(), v.size());
+        ++documents;
+        return true;
+      }
+      if (ended) return false;
+      cur = pop();
+      cur_row = 0;
+      switch (cur.kind) {
+        case Piece::Kind::rows:
+          note_epoch(cur.epoch);
+          pos = DatasetPosition{static_cast<uint32_t>(cur.k), cur.first_row, cur.epoch};
+          large = cur.array->type_id() == arrow::Type::LARGE_STRING;
+          break;
+        case Piece::Kind::unit_end:
+          pos = DatasetPosition{static_cast<uint32_t>(cur.k + 1), 0, cur.epoch};
+          cur.array.reset();
+          break;
+        case Piece::Kind::end:
+          pos = DatasetPosition{static_cast<uint32_t>(units.size()), 0, cur.epoch};
+          cur.array.reset();
+          ended = true;
+          return false;
+        case Piece::Kind::error:
+          ended = true;
+          std::rethrow_exception(cur.error);
+      }
+    }
+  }
+
+  // Looping over data that holds no document for this rank would spin forever: two whole epochs
+  // without one is an error.
+  void note_epoch(uint64_t epoch) {
+    if (epoch == last_epoch_seen) return;
+    empty_epochs = documents == documents_at_epoch_start ? empty_epochs + (epoch - last_epoch_seen) : 0;
+    last_epoch_seen = epoch;
+    documents_at_epoch_start = documents;
+    if (empty_epochs >= 2)
+      throw DatasetError(files.front().string() + " (and the other files of the source): column \"" + o.column +
+                         "\" holds no non-null document for " + o.partition.str() + " in a whole epoch");
+  }
+};
+
+ParquetDocumentReader::ParquetDocumentReader() = default;
+ParquetDocumentReader::~ParquetDocumentReader() = default;
+ParquetDocumentReader::ParquetDocumentReader(ParquetDocumentReader&&) noexcept = default;
+ParquetDocumentReader& ParquetDocumentReader::operator=(ParquetDocumentReader&&) noexcept = default;
+
+void ParquetDocumentReader::open(const fs::path& source, DatasetPosition start, bool loop, ParquetReaderOptions options) {
+  options.partition.check();
+  if (options.batch_rows < 1) throw DatasetError("parquet reader: batch_rows must be at least 1");
+  impl_.reset();
+  auto impl = std::make_unique<Impl>();
+  impl->o = options;
+  impl->loop = loop;
+  impl->files = list_parquet_files(source);
+  if (impl->files.size() > UINT32_MAX) throw DatasetError(source.string() + ": too many files");
+  for (uint32_t f = 0; f < impl->files.size(); ++f) {
+    OpenedFile opened = open_parquet_file(impl->files[f], options.column, options.batch_rows);
+    auto meta = opened.reader->parquet_reader()->metadata();
+    for (int g = 0; g < meta->num_row_groups(); ++g) {
+      const int64_t rows = meta->RowGroup(g)->num_rows();
+      if (rows < 0)
+        throw DatasetError(impl->files[f].string() + ": row group " + std::to_string(g) + ": the footer records " +
+                           std::to_string(rows) + " rows");
+      if (rows == 0) continue;  // an empty row group takes no place in the order
+      impl->units.push_back({f, g, static_cast<uint64_t>(rows)});
+      impl->total_rows += static_cast<uint64_t>(rows);
+    }
+  }
+  const std::string what = source.string() + " (" + std::to_string(impl->files.size()) + " Parquet files, " +
+                           std::to_string(impl->units.size()) + " row groups, " + std::to_string(impl->total_rows) +
+                           " rows)";
+  if (impl->total_rows == 0) throw DatasetError(what + ": holds no rows");
+  if (impl->units.size() > UINT32_MAX) throw DatasetError(what + ": too many row groups for a position");
+  if (impl->total_rows <= options.partition.rank)
+    throw DatasetError(what + ": too few rows to give one to each of " + std::to_string(options.partition.world) +
+                       " data-parallel ranks");
+  impl->by_row_group = impl->units.size() >= options.partition.world;
+  const bool at_epoch_end = start.shard == impl->units.size() && start.item == 0;
+  if (start.shard > impl->units.size() || (start.shard == impl->units.size() && !at_epoch_end))
+    throw DatasetError(what + ": position " + start.str() + " is past the end of the epoch");
+  if (!at_epoch_end) {
+    const Impl::Unit& u = impl->units[impl->order(start.epoch)[start.shard]];
+    if (start.item > u.rows)
+      throw DatasetError(what + ": position " + start.str() + " is past the end of " +
+                         impl->files[u.file].string() + " row group " + std::to_string(u.row_group) + ", which has " +
+                         std::to_string(u.rows) + " rows");
+  }
+  impl->pos = start;
+  impl->last_epoch_seen = start.epoch;
+  DatasetPosition from = start;
+  if (at_epoch_end) {
+    if (loop) {
+      from = DatasetPosition{0, 0, start.epoch + 1};
+    } else {
+      impl->ended = true;
+    }
+  }
+  if (!impl->ended) impl->decoder = std::thread([p = impl.get(), from] { p->decode(from); });
+  impl_ = std::move(impl);
+}
+
+bool ParquetDocumentReader::next(std::string& document) {
+  if (!impl_) throw DatasetError("parquet reader used before open()");
+  return impl_->next(document);
+}
+
+DatasetPosition ParquetDocumentReader::position() const { return impl_ ? impl_->pos : DatasetPosition{}; }
+
+std::string ParquetDocumentReader::describe(const DatasetPosition& p) const {
+  if (!impl_) return p.str();
+  if (p.shard >= impl_->units.size()) return "epoch " + std::to_string(p.epoch) + ", end of the epoch";
+  const Impl::Unit& u = impl_->units[impl_->order(p.epoch)[p.shard]];
+  return "epoch " + std::to_string(p.epoch) + ", " + impl_->files[u.file].string() + " row group " +
+         std::to_string(u.row_group) + " row " + std::to_string(p.item);
+}
+
+const std::vector<fs::path>& ParquetDocumentReader::files() const {
+  static const std::vector<fs::path> none;
+  return impl_ ? impl_->files : none;
+}
+uint64_t ParquetDocumentReader::row_groups() const { return impl_ ? impl_->units.size() : 0; }
+uint64_t ParquetDocumentReader::rows() const { return impl_ ? impl_->total_rows : 0; }
+uint64_t ParquetDocumentReader::nulls_skipped() const { return impl_ ? impl_->nulls : 0; }
+uint64_t ParquetDocumentReader::documents_read() const { return impl_ ? impl_->documents : 0; }
+
+std::vector<std::string> read_parquet_buffer(std::string_view bytes, const std::string& name, const std::string& column,
+                                             size_t max_documents) {
+  auto buffer = std::make_shared<arrow::Buffer>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                static_cast<int64_t>(bytes.size()));
+  OpenedFile f = open_parquet(std::make_shared<arrow::io::BufferReader>(buffer), name, column, 256);
+  std::vector<std::string> docs;
+  auto meta = f.reader->parquet_reader()->metadata();
+  for (int g = 0; g < meta->num_row_groups() && docs.size() < max_documents; ++g) {
+    const std::string where = name + ": row group " + std::to_string(g);
+    try {
+      auto batches = f.reader->GetRecordBatchReader({g}, {f.leaf});
+      check(batches.status(), where);
+      std::shared_ptr<arrow::RecordBatch> batch;
+      while (docs.size() < max_documents) {
+        check((*batches)->ReadNext(&batch), where);
+        if (!batch) break;
+        const arrow::Array& a = *batch->column(0);
+        const bool large = a.type_id() == arrow::Type::LARGE_STRING;
+        std::string_view v;
+        for (int64_t i = 0; i < a.length() && docs.size() < max_documents; ++i)
+          if (large ? row<arrow::LargeStringArray>(a, i, v) : row<arrow::StringArray>(a, i, v)) docs.emplace_back(v);
+      }
+    } catch (const parquet::ParquetException& e) {
+      throw DatasetError(where + ": " + e.what());
+    }
+  }
+  return docs;
+}
+
+}  // namespace pipeline::datasets
