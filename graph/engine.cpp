@@ -214,6 +214,7 @@ void EngineImpl::run() {
   monitor.set_status(status);
   Snapshot last = monitor.snapshot(true, false);
   last.verdict = analyze(last);
+  monitor.annotate(last);
   final_snapshot = last;
   monitor.finish(std::move(last));
   if (rt.fail_error) {

@@ -133,6 +133,11 @@ struct EngineOptions {
   bool batch = true;
   /// Tests only (see FaultInjection).
   FaultInjection inject_fault = {};
+  /// Adds the caller's own figures (a training run's loss and tokens/s: Snapshot::train) to each
+  /// report before it is written to stats.jsonl and handed to the observers. Called on the
+  /// monitor thread, and for the final report on the thread that ran the graph; an exception
+  /// from it is ignored.
+  std::function<void(Snapshot&)> annotate = {};
 };
 
 class EngineImpl;

@@ -1,7 +1,10 @@
 // Schemas and resolution of the run sections of a pipeline TOML (see run_config.h).
 #include "runner/run_config.h"
 
+#include "graph/observe/listen_address.h"
+
 #include "datasets/llmc_shard.h"
+#include "datasets/parquet_reader.h"
 
 namespace pipeline::stages {
 
@@ -46,8 +49,9 @@ const std::vector<config::Schema>& run_schemas() {
     s.emplace_back("data");
     s.back()
         .string("dataset", std::nullopt,
-                "prepared dataset directory (with manifest.json, from `pipeline prepare`), or a directory of llm.c / "
-                "modded-nanogpt token shards (*_train_*.bin, *_val_*.bin)")
+                "prepared dataset directory (with manifest.json, from `pipeline prepare`), a directory of llm.c / "
+                "modded-nanogpt token shards (*_train_*.bin, *_val_*.bin), or Parquet: a *.parquet file, a directory "
+                "of them (a Hugging Face snapshot reads data/), or a glob")
         .string("train_split", "train", "split used for training")
         .string("val_split", "val", "split used for evaluation")
         .boolean("loop", true, "start the next epoch at the end of the data instead of stopping");
@@ -103,7 +107,11 @@ const std::vector<config::Schema>& run_schemas() {
         .floating("peak_tflops", 989.0, "device peak (dense bf16 TFLOP/s) used for MFU", 0.001, 1e6)
         .boolean("tensorboard", false,
                  "write TensorBoard event files into the run directory (loss, val loss, lr, grad norm, tokens/s, MFU, "
-                 "each stage's busy share and each queue's occupancy): tensorboard --logdir runs/");
+                 "each stage's busy share and each queue's occupancy): tensorboard --logdir runs/")
+        .string("http", "",
+                "serve the live page of the stage graph and Prometheus /metrics while the run trains: PORT (on "
+                "127.0.0.1), or ADDRESS:PORT to be reachable from elsewhere (read-only, no authentication); "
+                "\"\" = off. `pipeline run --serve PORT` does the same for one run");
     return s;
   }();
   return schemas;
@@ -158,10 +166,11 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto d = sec("data");
   fs::path ds = resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
-  if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds))
+  if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "
-                                 "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin)");
+                                 "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin, or Parquet "
+                                 "files: a *.parquet file, a directory of them, or a glob)");
   rc.data = {ds, d.get_string("train_split"), d.get_string("val_split"), d.get_bool("loop")};
 
   auto t = sec("training");
@@ -185,7 +194,14 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto l = sec("logging");
   rc.logging = {l.get_int("every"), l.get_string("live"), l.get_int("stats_interval_ms"), l.get_bool("trace"),
-                l.get_float("peak_tflops"), l.get_bool("tensorboard")};
+                l.get_float("peak_tflops"), l.get_bool("tensorboard"), l.get_string("http")};
+  if (!rc.logging.http.empty()) {
+    try {
+      graph::parse_listen_address(rc.logging.http);
+    } catch (const std::invalid_argument& e) {
+      throw l.error("http", e.what());
+    }
+  }
   return rc;
 }
 

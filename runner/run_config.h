@@ -83,6 +83,7 @@ struct LoggingSection {
   bool trace = true;               // write trace.json
   double peak_tflops = 989.0;      // device peak for MFU (H100 SXM dense bf16)
   bool tensorboard = false;        // TensorBoard event files in the run directory
+  std::string http;                // "PORT" or "ADDR:PORT": serve the live page and /metrics ("" = off)
 };
 
 struct RunConfig {

@@ -20,6 +20,7 @@ struct RunRequest {
   std::filesystem::path resume;        // --resume RUN_DIR (empty: a fresh run)
   bool create_run_dir = true;          // false: no run directory (in-process benchmarks)
   std::filesystem::path source_dir;    // the source tree, to find pipelines/ and bundled data
+  std::string serve;  // run --serve [ADDR:]PORT: this run only, not written into the run's config.toml
 };
 
 struct ResolvedRun {

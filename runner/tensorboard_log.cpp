@@ -44,7 +44,7 @@ std::unique_ptr<TensorBoardLog> TensorBoardLog::attach(graph::Engine& engine, Ru
   auto state = std::make_shared<State>(ctx.run_dir);
   state->stats_step = ctx.start_step;
   log->state_ = state;
-  ctx.log->set_metric_listener([state](const std::string& json) {
+  log->listener_ = ctx.log->add_metric_listener([state](const std::string& json) {
     int64_t step = 0;
     std::vector<std::pair<std::string, double>> scalars;
     if (metric_scalars(json, step, scalars)) state->writer.add_scalars(step, scalars);
@@ -60,7 +60,7 @@ std::unique_ptr<TensorBoardLog> TensorBoardLog::attach(graph::Engine& engine, Ru
 }
 
 TensorBoardLog::~TensorBoardLog() {
-  if (ctx_.log) ctx_.log->set_metric_listener(nullptr);
+  if (ctx_.log) ctx_.log->remove_metric_listener(listener_);
 }
 
 }  // namespace pipeline::stages

@@ -36,6 +36,7 @@ class TensorBoardLog {
   explicit TensorBoardLog(RunContext& ctx) : ctx_(ctx) {}
   RunContext& ctx_;
   std::shared_ptr<State> state_;
+  int listener_ = 0;  // the id of its metrics listener in ctx.log
 };
 
 }  // namespace pipeline::stages

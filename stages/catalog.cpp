@@ -16,15 +16,23 @@ namespace {
 
 // Sources.
 PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
-                                     .doc = "reads documents from the text shards of a prepared dataset (or a weighted mix), in order, resumably",
+                                     .doc = "reads documents from the text shards of a prepared dataset, from Parquet files, or from a "
+                                            "weighted mix of these, resumably",
                                      .input = graph::no_port(),
                                      .output = graph::port("documents"),
                                      .options = config::Schema()
-                                                    .string("dataset", "", "dataset directory (empty: [data] dataset)")
-                                                    .string("split", "", "split to read (empty: [data] train_split)")
+                                                    .string("dataset", "",
+                                                            "dataset directory, or Parquet: a file, a directory (a hub snapshot reads "
+                                                            "data/), or a glob (empty: [data] dataset)")
+                                                    .string("split", "", "split to read (empty: [data] train_split; Parquet has none)")
+                                                    .string("column", "text", "Parquet: the text column (string or large_string)")
+                                                    .boolean("shuffle", true,
+                                                             "Parquet: row groups in an order drawn from the run's seed, a new one "
+                                                             "each epoch (false: file and row-group order)")
                                                     .string_list("mix", std::vector<std::string>{},
-                                                                 "datasets mixed by weight, as [\"PATH=WEIGHT\", ...]; documents are "
-                                                                 "drawn from source i with probability weight_i / sum (empty: no mix)")
+                                                                 "datasets (prepared or Parquet) mixed by weight, as [\"PATH=WEIGHT\", "
+                                                                 "...]; documents are drawn from source i with probability weight_i / "
+                                                                 "sum (empty: no mix)")
                                                     .integer_or_auto("chunk_bytes", std::string("auto"),
                                                                      "text per message, in whole documents (auto: about one batch, "
                                                                      "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
@@ -113,6 +121,10 @@ PIPELINE_STAGE_DECLARE(eval, {.name = "eval",
                               .doc = "validation loss on fixed batches and a generated sample, every [eval] every steps",
                               .input = graph::port("step"),
                               .output = graph::no_port(),
+                              .options = config::Schema().string(
+                                  "dataset", "",
+                                  "dataset to evaluate on: its [data] val_split, or a held-out Parquet source's first "
+                                  "documents; needed when [data] dataset is Parquet (empty: [data] dataset)"),
                               .own_thread = true,
                               .ordered = true,
                               .max_workers = 1});

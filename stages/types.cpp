@@ -187,12 +187,18 @@ void RunLog::metric(const std::string& json) {
   std::fputs(json.c_str(), metrics_);
   std::fputc('\n', metrics_);
   std::fflush(metrics_);
-  if (listener_) listener_(json);
+  for (const auto& [id, listener] : listeners_) listener(json);
 }
 
-void RunLog::set_metric_listener(std::function<void(const std::string&)> l) {
+int RunLog::add_metric_listener(std::function<void(const std::string&)> l) {
   std::lock_guard<std::mutex> lock(mu_);
-  listener_ = std::move(l);
+  listeners_.emplace_back(++next_listener_, std::move(l));
+  return next_listener_;
+}
+
+void RunLog::remove_metric_listener(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(listeners_, [id](const auto& x) { return x.first == id; });
 }
 
 void RunLog::set_printer(std::function<void(const std::string&)> p) {

@@ -167,8 +167,10 @@ class RunLog {
   /// Appends one JSON object line to metrics.jsonl, and hands it to the metric listener.
   void metric(const std::string& json);
   void set_printer(std::function<void(const std::string&)> p);
-  /// Receives every metrics line after it is written (the TensorBoard log), under the log's lock.
-  void set_metric_listener(std::function<void(const std::string&)> l);
+  /// Adds a receiver of every metrics line after it is written (the TensorBoard log, the
+  /// figures in stats reports), called under the log's lock; the id removes it again.
+  int add_metric_listener(std::function<void(const std::string&)> l);
+  void remove_metric_listener(int id);
   /// A write to `stream` (1: stdout, 2: stderr) failed with errno `err`, here or in another
   /// writer (the live view): printing to it stops, and run.log says so once.
   void output_lost(int stream, int err);
@@ -186,7 +188,9 @@ class RunLog {
   std::filesystem::path dir_;
   std::FILE* metrics_ = nullptr;
   std::FILE* run_log_ = nullptr;
-  std::function<void(const std::string&)> printer_, listener_;
+  std::function<void(const std::string&)> printer_;
+  std::vector<std::pair<int, std::function<void(const std::string&)>>> listeners_;
+  int next_listener_ = 0;
   bool print_ = true;
   bool stream_ok_[3] = {true, true, true};
 };

@@ -1,6 +1,6 @@
 // Tests of the `pipeline` command as a user runs it: help and version, `check` and its errors,
 // `tokenize` parity from outside, a short `run` then `generate`, and checkpoint atomicity when the
-// process is killed with SIGKILL while it writes checkpoints.
+// process is killed with SIGKILL while it writes checkpoints, and the live server (--serve).
 #include <doctest/doctest.h>
 
 #include "graph/stage.h"
@@ -17,7 +17,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -281,5 +284,114 @@ TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, re
   g = sh("generate --checkpoint " + (ckpt_dir / "step_00000004.ckpt").string() + " --tokens 1");
   CHECK(g.code == 0);
   ::umount2(ckpt_dir.c_str(), MNT_DETACH);
+  fs::remove_all(dir);
+}
+
+namespace {
+
+// A listening socket on a free loopback port, held while alive: a port in use.
+struct HeldPort {
+  int fd = -1, port = 0;
+  HeldPort() {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+  }
+  ~HeldPort() { ::close(fd); }
+};
+
+// GET path from 127.0.0.1:port, the body of a 200 answer or "" (every wait bounded).
+std::string http_body(int port, const std::string& path) {
+  auto r = test_util::shell("timeout 20 python3 -c \"import urllib.request,sys; "
+                            "sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:" +
+                            std::to_string(port) + path + "', timeout=10).read().decode())\"");
+  return r.code == 0 ? r.out : "";
+}
+
+}  // namespace
+
+TEST_CASE("--serve: the live server of a run, a port in use, and the finished run's page") {
+  auto dir = temp_dir("serve");
+  const std::string common = kQuick + " --set model.preset=tiny --set training.seq_len=32 --set eval.every=0 " +
+                             "--set logging.live=off --set checkpoint.at_end=false ";
+  {
+    HeldPort busy;
+    auto r = sh("run " + common + "--set training.steps=4 --set run.dir=" + (dir / "busy").string() + " --serve " +
+                std::to_string(busy.port));
+    INFO(r.out);
+    CHECK(r.code != 0);
+    CHECK(contains(r.out, "cannot serve the live page on 127.0.0.1:" + std::to_string(busy.port)));
+    CHECK_FALSE(fs::exists(dir / "busy"));  // stopped before the run started
+  }
+  {
+    // Another address is explicit, and warned about (this one is not on the machine: no bind).
+    auto r = sh("run " + common + "--set training.steps=4 --set run.dir=" + (dir / "far").string() +
+                " --serve 192.0.2.1:0");
+    INFO(r.out);
+    CHECK(r.code != 0);
+    CHECK(contains(r.out, "warning: the live server listens on 192.0.2.1:0"));
+    CHECK(contains(r.out, "cannot serve the live page on 192.0.2.1:0"));
+    auto bad = sh("run " + common + "--serve 80800");
+    CHECK(bad.code != 0);
+    CHECK(contains(bad.out, "--serve: '80800': the port must be a number from 0 to 65535"));
+    auto cfg = sh("check " + common + "--set logging.http=nowhere:1");
+    CHECK(cfg.code != 0);
+    CHECK(contains(cfg.out, "http"));
+  }
+  // A run serving on a free port: its page, snapshots with the training figures, /metrics.
+  const auto run_dir = dir / "r";
+  const auto log = dir / "out.txt";
+  std::thread run([&] {
+    test_util::shell(std::string(PIPELINE_EXE) + " run " + common + "--set training.steps=300 --set run.dir=" +
+                     run_dir.string() + " --serve 0 > " + log.string() + " 2>&1");
+  });
+  int port = 0;
+  std::string snapshot, metrics, page;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (std::chrono::steady_clock::now() < end) {
+    std::string out = test_util::read_file(log);
+    if (auto at = out.find("live page: http://127.0.0.1:"); port == 0 && at != std::string::npos)
+      port = std::atoi(out.c_str() + at + std::strlen("live page: http://127.0.0.1:"));
+    if (port > 0) {
+      if (page.empty()) page = http_body(port, "/");
+      std::string s = http_body(port, "/api/snapshot");
+      if (contains(s, "\"train\":{") && contains(s, "\"loss\":") && contains(s, "\"status\":\"running\"")) {
+        snapshot = s;
+        metrics = http_body(port, "/metrics");
+        break;
+      }
+    }
+    if (contains(out, "done:") || contains(out, "error")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  run.join();
+  const std::string out = test_util::read_file(log);
+  INFO(out);
+  REQUIRE(port > 0);
+  CHECK(contains(page, "<svg id=\"graph\""));
+  REQUIRE_FALSE(snapshot.empty());
+  CHECK(contains(metrics, "pipeline_train_loss{rank=\"0\"} "));
+  CHECK(contains(metrics, "pipeline_stage_busy_seconds_total{stage=\"train\",rank=\"0\"} "));
+  // What was served is what stats.jsonl holds.
+  const std::string jsonl = test_util::read_file(run_dir / "stats.jsonl");
+  CHECK(contains(jsonl, snapshot + "\n"));
+  CHECK(contains(jsonl, "\"train\":{\"step\":300,"));
+  CHECK(contains(out, "done: 300 steps"));
+  // The finished run's page, standing alone.
+  auto st = sh("stats " + run_dir.string() + " --html " + (dir / "run.html").string());
+  INFO(st.out);
+  CHECK(st.code == 0);
+  const std::string html = test_util::read_file(dir / "run.html");
+  CHECK(contains(html, "<script id=\"run-data\" type=\"application/json\">{\"title\":\"r\",\"series\":[{"));
+  CHECK(contains(html, "\"name\":\"train\""));
+  const std::string svg = test_util::read_file(run_dir / "occupancy.svg");
+  CHECK(contains(svg, "The stage graph"));
+  CHECK(contains(svg, "seconds since the run started"));
   fs::remove_all(dir);
 }

@@ -16,12 +16,15 @@
 #include "graph/engine.h"
 #include "graph/observe/live_view.h"
 #include "graph/observe/stats.h"
+#include "graph/observe/http_server.h"
 #include "runner/data_parallel.h"
+#include "runner/live_server.h"
 #include "runner/rank_session.h"
 #include "runner/rank_stats.h"
 #include "runner/run_setup.h"
 #include "runner/signals.h"
 #include "runner/tensorboard_log.h"
+#include "runner/train_figures.h"
 
 namespace pipeline::cli {
 namespace {
@@ -98,6 +101,17 @@ int run_main(const std::vector<std::string>& args) {
   } clear_context;
 
   graph::EngineOptions opts = stages::engine_options(ctx);
+  stages::TrainFigures figures(ctx);  // loss, tokens/s, ... in each stats report
+  opts.annotate = [&figures](graph::Snapshot& s) { figures.annotate(s); };
+  // The live page and /metrics, bound now so that a port in use stops the run before it starts.
+  std::unique_ptr<graph::LiveServer> server;
+  try {
+    server = stages::start_live_server(ctx, req.serve);
+  } catch (const std::exception& e) {
+    if (ctx.dp) ctx.dp->group().record_exit(e.what());
+    if (req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
+    throw;
+  }
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
   // holds so far (config.toml, an empty metrics.jsonl and run.log) is removed again.
@@ -133,6 +147,7 @@ int run_main(const std::vector<std::string>& args) {
   std::string failure;
   std::optional<stages::RankSession> rank;  // several ranks: stopping together, peer failures, statistics
   if (ctx.dp) rank.emplace(ctx, engine);
+  if (server) stages::feed_live_server(*server, engine, rank);
   // One path for a stop, whether one process or one rank of several: the first signal stops after
   // the current step with a checkpoint (several ranks agree on the step first), a second aborts.
   signals.bind({.stop =

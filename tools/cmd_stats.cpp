@@ -1,5 +1,6 @@
 // `pipeline stats RUN_DIR`: the summary table and bottleneck verdict of a finished or running
-// run (from its stats files), plus an occupancy-over-time chart written as SVG.
+// run (from its stats files), plus a chart written as SVG (the graph at its steady state above
+// each edge's occupancy over time) and, with --html, the live page standing alone for the run.
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -8,16 +9,37 @@
 
 #include "cli.h"
 #include "base/atomic_file.h"
+#include "graph/observe/live_page.h"
 #include "graph/observe/stats.h"
 #include "runner/rank_stats.h"
 
 namespace {
 
+// At most `most` reports, evenly spread, the last one kept: a day-long run still makes a page a
+// browser opens at once.
+std::vector<pipeline::graph::Snapshot> thin(const std::vector<pipeline::graph::Snapshot>& series, size_t most) {
+  if (series.size() <= most) return series;
+  std::vector<pipeline::graph::Snapshot> out;
+  const double stride = static_cast<double>(series.size() - 1) / static_cast<double>(most - 1);
+  for (size_t i = 0; i + 1 < most; ++i) out.push_back(series[static_cast<size_t>(static_cast<double>(i) * stride)]);
+  out.push_back(series.back());
+  return out;
+}
+
+// "gpt2-20261122-120000" for "runs/gpt2-20261122-120000/".
+std::string run_name(const std::string& dir) {
+  auto p = std::filesystem::absolute(dir).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
 int stats_main(const std::vector<std::string>& args) {
-  std::string dir, svg;
+  std::string dir, svg, html;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--svg" && i + 1 < args.size())
       svg = args[++i];
+    else if (args[i] == "--html" && i + 1 < args.size())
+      html = args[++i];
     else if (dir.empty() && args[i].rfind("--", 0) != 0)
       dir = args[i];
     else {
@@ -26,7 +48,7 @@ int stats_main(const std::vector<std::string>& args) {
     }
   }
   if (dir.empty()) {
-    std::cerr << "usage: pipeline stats RUN_DIR [--svg FILE]\n";
+    std::cerr << "usage: pipeline stats RUN_DIR [--svg FILE] [--html FILE]\n";
     return 2;
   }
   namespace graph = pipeline::graph;
@@ -48,15 +70,28 @@ int stats_main(const std::vector<std::string>& args) {
     std::cout << "\noccupancy chart: " << svg << " (" << series.size() << " samples, " << events.size()
               << " events marked)\n";
   }
+  if (!html.empty()) {
+    if (series.empty()) {
+      std::cerr << "pipeline stats: " << dir << ": no reports in stats.jsonl to draw\n";
+      return 1;
+    }
+    // A data-parallel run's summary holds every rank's rows: it stands in for the last report.
+    if (s.finished && series.back().finished) series.back() = s;
+    pipeline::write_file_atomic(html, graph::run_page_html(thin(series, 2000), events,
+                                                           run_name(dir)));
+    std::cout << "page: " << html << " (open it in a browser; the slider picks the time)\n";
+  }
   return 0;
 }
 
 PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a run directory",
-                  "usage: pipeline stats RUN_DIR [--svg FILE]\n"
+                  "usage: pipeline stats RUN_DIR [--svg FILE] [--html FILE]\n"
                   "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
                   "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
                   "the timeline of verdict changes and autotune decisions, and writes the edges' occupancy\n"
-                  "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).",
+                  "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).\n"
+                  "--html FILE writes the page `pipeline run --serve` shows live, standing alone, for this run:\n"
+                  "the stage graph, edges, bottleneck, training figures and timeline, with a time slider.",
                   &stats_main});
 
 }  // namespace

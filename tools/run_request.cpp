@@ -21,6 +21,8 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
       req.overrides.push_back(value("--set"));
     else if (s == "--resume" || s.rfind("--resume=", 0) == 0)
       req.resume = value("--resume");
+    else if (std::string(cmd) == "run" && (s == "--serve" || s.rfind("--serve=", 0) == 0))
+      req.serve = value("--serve");
     else if (!s.empty() && s[0] == '-')
       throw std::invalid_argument("unknown option " + s + " (see pipeline " + cmd + " --help)");
     else if (req.config.empty())

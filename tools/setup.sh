@@ -9,12 +9,14 @@
 # Environment: PIPELINE_CACHE (default ~/.cache/pipeline) holds the pinned LibTorch (and, in
 # the same venv, the pinned transformers / safetensors / tensorboard the interop tests run);
 # Torch_DIR points at an existing LibTorch instead; PIPELINE_BUILD_DIR (default build);
-# PIPELINE_WERROR=1 turns warnings into errors (CI). For tools/test.sh's sanitizer and fuzz
+# PIPELINE_WITH_PARQUET=OFF builds without Parquet input (otherwise pyarrow's Arrow C++ comes
+# pinned into PIPELINE_CACHE too); PIPELINE_WERROR=1 turns warnings into errors (CI). For tools/test.sh's sanitizer and fuzz
 # builds: PIPELINE_SANITIZE=address|thread, PIPELINE_FUZZ=1 (clang), PIPELINE_WITH_TORCH=OFF
 # (no LibTorch needed), PIPELINE_BUILD_TARGETS (build only these targets).
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
+ARROW_VERSION=26.0.1
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 CACHE=${PIPELINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pipeline}
 BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build}
@@ -34,7 +36,9 @@ PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-ve
           libtbb-dev libzstd-dev libtomlplusplus-dev libconcurrentqueue-dev doctest-dev libicu-dev
           nlohmann-json3-dev libssl-dev zlib1g-dev zstd clang libfuzzer-14-dev
           libgloo-dev      # gloo's headers, for c10d's Gloo backend (its code is in LibTorch)
-          libprotobuf-dev protobuf-compiler libisal-dev)  # TensorBoard event files: protobuf, CRC-32C
+          libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files: protobuf, CRC-32C
+          libcpp-httplib-dev  # the live server (pipeline run --serve)
+          chromium)        # headless, for the live page's browser test (test_live_browser)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -72,10 +76,35 @@ elif [[ -z ${Torch_DIR:-} ]]; then
     "$PY" -m pip install -q --no-cache-dir $INTEROP "torch==$TORCH_VERSION" >&2
     echo "$INTEROP" > "$VENV/.pipeline-interop"
   fi
+  # The reference parser test_live_prometheus checks /metrics with.
+  PROMETHEUS="prometheus-client==0.26.0"
+  if [[ "$(cat "$VENV/.pipeline-prometheus" 2>/dev/null)" != "$PROMETHEUS" ]]; then
+    say "installing $PROMETHEUS into $VENV (once; for the /metrics test)"
+    "$PY" -m pip install -q --no-cache-dir "$PROMETHEUS" >&2
+    echo "$PROMETHEUS" > "$VENV/.pipeline-prometheus"
+  fi
   Torch_DIR=$("$PY" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'share/cmake/Torch'))")
   TORCH_PY=$PY
 else
   TORCH_PY=$(command -v python3)
+fi
+
+# 2b. Arrow C++ and Parquet from PyPI's pyarrow wheel (headers and libraries inside), pinned, in a
+#     venv of its own so the torch-free builds get it without LibTorch. Its python writes the
+#     tests' Parquet files.
+WITH_PARQUET=${PIPELINE_WITH_PARQUET:-ON}
+if [[ $WITH_PARQUET == ON ]]; then
+  ARROW_VENV=$CACHE/arrow-$ARROW_VERSION
+  ARROW_PY=$ARROW_VENV/bin/python
+  if [[ "$(cat "$ARROW_VENV/.pipeline-arrow" 2>/dev/null)" != "$ARROW_VERSION" ]]; then
+    say "installing pyarrow==$ARROW_VERSION into $ARROW_VENV (once; about 200 MB)"
+    mkdir -p "$CACHE"
+    rm -rf "$ARROW_VENV"
+    python3 -m venv "$ARROW_VENV"
+    "$ARROW_PY" -m pip install -q --no-cache-dir "pyarrow==$ARROW_VERSION" >&2
+    echo "$ARROW_VERSION" > "$ARROW_VENV/.pipeline-arrow"
+  fi
+  ARROW_DIR=$("$ARROW_PY" -c "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))")
 fi
 
 # 3. Configure once, then build incrementally. ccache makes rebuilds of fresh clones cheap;
@@ -89,6 +118,8 @@ WERROR=OFF; [[ ${PIPELINE_WERROR:-0} == 1 ]] && WERROR=ON
 FUZZ=OFF; [[ ${PIPELINE_FUZZ:-0} == 1 ]] && FUZZ=ON
 ARGS=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPIPELINE_WERROR=$WERROR -DPIPELINE_WITH_TORCH=$WITH_TORCH
       -DPIPELINE_SANITIZE=${PIPELINE_SANITIZE:-} -DPIPELINE_FUZZ=$FUZZ)
+ARGS+=(-DPIPELINE_WITH_PARQUET=$WITH_PARQUET)
+[[ $WITH_PARQUET == ON ]] && ARGS+=(-DPIPELINE_ARROW_DIR="$ARROW_DIR" -DPIPELINE_ARROW_PYTHON="$ARROW_PY")
 [[ $WITH_TORCH == ON ]] && ARGS+=(-DTorch_DIR="$Torch_DIR" -DPIPELINE_TORCH_PYTHON="$TORCH_PY")
 # TSan needs a oneTBB built with it (see tools/build_tsan_tbb.sh), cached like LibTorch.
 if [[ ${PIPELINE_SANITIZE:-} == thread ]]; then

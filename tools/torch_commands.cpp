@@ -41,12 +41,15 @@ std::function<int(const std::vector<std::string>&)> in_torch_half(const char* na
 }
 
 PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
-                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n"
+                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR] [--serve [ADDR:]PORT]\n"
                   "       pipeline run --resume RUN_DIR\n\n"
                   "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
                   "--set overrides any key with the same names and checks as the file, e.g.\n"
                   "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
                   "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
+                  "--serve PORT serves the live page of the stage graph at http://127.0.0.1:PORT/ and Prometheus\n"
+                  "metrics at /metrics while the run trains ([logging] http in the config does the same); PORT 0\n"
+                  "picks a free port. ADDR:PORT listens elsewhere than 127.0.0.1 (read-only, no authentication).\n"
                   "Ctrl-C, SIGTERM or SIGHUP finishes the current step, writes a checkpoint and exits with 128 + the\n"
                   "signal's number (130, 143, 129); a second signal exits at once. SIGUSR1 writes a checkpoint at\n"
                   "the next step and trains on. A closed pipe or terminal stops the printing, never the run.\n"

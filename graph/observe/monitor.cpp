@@ -60,6 +60,15 @@ void Monitor::set_status(std::string status) {
   status_ = std::move(status);
 }
 
+void Monitor::annotate(Snapshot& s) {
+  if (!rt_.opts.annotate) return;
+  try {
+    rt_.opts.annotate(s);
+  } catch (...) {
+    // The caller's figures are extras: the run goes on without them.
+  }
+}
+
 void Monitor::notify(const Snapshot& s) {
   for (auto& fn : observers_) {
     try {
@@ -110,6 +119,7 @@ void Monitor::report() {
     s.events = std::move(fresh_events_);
     fresh_events_.clear();
   }
+  annotate(s);
   if (jsonl_.is_open()) {
     jsonl_ << to_json(s) << "\n";
     jsonl_.flush();

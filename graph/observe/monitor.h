@@ -59,6 +59,8 @@ class Monitor {
   /// The last report: the final snapshot to observers and stats.jsonl, stats_summary.json and
   /// trace.json into the run directory.
   void finish(Snapshot final_snapshot);
+  /// Adds the caller's figures (EngineOptions::annotate; a failure is ignored).
+  void annotate(Snapshot& s);
   /// Every event so far (verdict changes, autotune decisions).
   std::vector<Event> events() const;
 

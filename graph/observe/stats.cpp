@@ -3,6 +3,8 @@
 // table and chart in report.cpp.
 #include "graph/observe/stats.h"
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <sstream>
@@ -22,6 +24,12 @@ const QueueStats* Snapshot::queue_of(const std::string& consumer) const {
   for (const auto& q : queues)
     if (q.consumer == consumer) return &q;
   return nullptr;
+}
+
+double Snapshot::train_figure(const std::string& name, double fallback) const {
+  for (const auto& [key, value] : train)
+    if (key == name) return value;
+  return fallback;
 }
 
 StageSpan StageStats::whole_run() const {
@@ -113,6 +121,18 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"steady_full\":" << q.steady_full << ",\"steady_empty\":" << q.steady_empty << "}";
   }
   os << "]";
+  if (!s.train.empty()) {
+    os << ",\"train\":{";
+    for (size_t i = 0; i < s.train.size(); ++i) {
+      const double x = s.train[i].second;
+      os << (i ? "," : "") << json_quote(s.train[i].first) << ":";
+      if (std::isfinite(x))  // JSON has no NaN or infinity: a diverged loss is written as null
+        os << std::setprecision(9) << x << std::setprecision(6);
+      else
+        os << "null";
+    }
+    os << "}";
+  }
   const Verdict* verdict = v ? v : (s.verdict.kind.empty() ? nullptr : &s.verdict);
   if (verdict) {
     os << ",\"verdict\":";
@@ -194,6 +214,9 @@ Snapshot snapshot_from_json(const std::string& text) {
     q.steady_empty = x.number("steady_empty");
     s.queues.push_back(std::move(q));
   }
+  if (const JsonValue* t = root.find("train"); t && t->type == JsonValue::Type::object)
+    for (const auto& [key, value] : t->members)
+      s.train.emplace_back(key, value.type == JsonValue::Type::number ? std::strtod(value.text.c_str(), nullptr) : NAN);
   if (const JsonValue* v = root.find("verdict")) {
     s.verdict.stage = v->string("stage");
     s.verdict.kind = v->string("kind");

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iosfwd>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pipeline::graph {
@@ -107,9 +108,14 @@ struct Snapshot {
   /// Events since the previous report (for the live view; stats.jsonl has them as lines of
   /// their own).
   std::vector<Event> events;
+  /// The figures of whatever the graph computes, added by its runner (EngineOptions::annotate):
+  /// for a training run step, loss, tokens_per_s, ms_per_step, mfu, device_busy. "train" in JSON.
+  std::vector<std::pair<std::string, double>> train;
 
   const StageStats* stage(const std::string& name) const;
   const QueueStats* queue_of(const std::string& consumer) const;
+  /// A figure of `train`, or `fallback` when the runner gave none of that name.
+  double train_figure(const std::string& name, double fallback = 0) const;
   bool has_steady() const { return steady_from_s >= 0 && steady_to_s > steady_from_s; }
   double steady_seconds() const { return has_steady() ? steady_to_s - steady_from_s : 0; }
 };
@@ -135,8 +141,10 @@ Snapshot load_run_snapshot(const std::filesystem::path& run_dir);
 std::vector<Snapshot> load_run_series(const std::filesystem::path& run_dir);
 /// Every event line of RUN_DIR/stats.jsonl.
 std::vector<Event> load_run_events(const std::filesystem::path& run_dir);
-/// An SVG chart of each edge's occupancy (share of capacity, window mean) over time, with the
-/// events (verdict changes, autotune decisions) marked on the time axis.
+/// An SVG picture of a run: the stage graph at its steady state (stages coloured by busy share,
+/// edges by mean occupancy, the verdict's bottleneck outlined, with its sentence), above each
+/// edge's occupancy (share of capacity, window mean) over time on a labelled time axis, with
+/// the events (verdict changes, autotune decisions) marked.
 std::string occupancy_svg(const std::vector<Snapshot>& series, const std::vector<Event>& events = {});
 
 }  // namespace pipeline::graph
