@@ -266,7 +266,7 @@ configure() {
       -DPIPELINE_TORCH_PYTHON="$TORCH_PY" \
       -DCMAKE_PREFIX_PATH="$PREFIX/usr;$PREFIX/usr/lib/$ARCH/cmake" -DCMAKE_SYSTEM_IGNORE_PREFIX_PATH=/usr \
       -DOPENSSL_ROOT_DIR="$PREFIX/usr" -DZLIB_ROOT="$PREFIX/usr" -DICU_ROOT="$PREFIX/usr" \
-      -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DPIPELINE_WERROR=OFF >"$WORK/configure.log" 2>&1; then
+      -DPKG_CONFIG_EXECUTABLE="$PREFIX/usr/bin/pkgconf" -DPIPELINE_WERROR=OFF -DPIPELINE_WITH_PARQUET=OFF >"$WORK/configure.log" 2>&1; then
     cat "$WORK/configure.log" >>"$OUTDIR/build.log"
     tail -30 "$WORK/configure.log" >&2
     rm -f "$BUILD/build.ninja"  # configure again next time
