@@ -4,20 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "datasets/splitmix.h"
+
 namespace pipeline::datasets {
-namespace {
-
-uint64_t mix64(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 size_t mix_pick(const std::vector<double>& cumulative, uint64_t seed, uint64_t draw) {
-  const double u = static_cast<double>(mix64(seed ^ mix64(draw)) >> 11) * 0x1.0p-53;  // [0, 1)
+  const double u = static_cast<double>(splitmix64(seed ^ splitmix64(draw)) >> 11) * 0x1.0p-53;  // [0, 1)
   const size_t i = static_cast<size_t>(std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin());
   return std::min(i, cumulative.size() - 1);
 }

@@ -1,9 +1,8 @@
 // Weighted mixing of document sources of either kind, prepared text datasets and Parquet
-// (parquet_reader.h), with the rule, positions and partition of MixedTextReader (dataset_mix.h):
-// draw k picks source i with probability weight_i / sum(weights) by a hash of (seed, k), so a mix
-// is reproducible and resumable from its MixPosition; partitioned, draw k goes to rank k % world.
-// A mix of text datasets only draws exactly what MixedTextReader draws. Parquet sources read
-// every row group (the mix partitions its draws, not the sources), shuffled with the mix's seed.
+// (parquet_reader.h): draw k picks source i with probability weight_i / sum(weights) by a hash of
+// (seed, k), so a mix is reproducible and resumable from its MixPosition (dataset_mix.h);
+// partitioned, draw k goes to rank k % world. Parquet sources read every row group (the mix
+// partitions its draws, not the sources), shuffled with the mix's seed.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +16,7 @@
 namespace pipeline::datasets {
 
 /// The source that draw `draw` of a mix picks: `cumulative` holds the normalised cumulative
-/// weights (the last is 1). The rule MixedTextReader and MixedDocumentReader share.
+/// weights (the last is 1).
 size_t mix_pick(const std::vector<double>& cumulative, uint64_t seed, uint64_t draw);
 
 /// Every source loops over its epochs, so next() never runs dry.

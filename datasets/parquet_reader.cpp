@@ -20,16 +20,11 @@
 #include <numeric>
 #include <thread>
 
+#include "datasets/splitmix.h"
+
 namespace pipeline::datasets {
 namespace fs = std::filesystem;
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // The system allocator, not the wheel's bundled mimalloc/jemalloc: buffers cross from the decoding
 // thread to the consumer, and malloc is what the sanitizers see.

@@ -21,19 +21,13 @@
 #include "datasets/llmc_shard.h"
 #include "datasets/parquet_reader.h"
 #include "datasets/shard.h"
+#include "datasets/splitmix.h"
 #include "datasets/text_check.h"
 #include "datasets/tokenizer.h"
 
 namespace pipeline::datasets {
 namespace fs = std::filesystem;
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 bool goes_to_val(uint64_t seed, uint64_t doc_index, double val_fraction) {
   uint64_t h = splitmix64(seed ^ splitmix64(doc_index));

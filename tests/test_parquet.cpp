@@ -340,20 +340,6 @@ TEST_CASE("Parquet mixes with text shards by weight and resumes exactly") {
     CHECK(contains(d, s == 1 ? "document " : "text shard document "));
     reference.emplace_back(s, d);
   }
-  // Text sources alone: the draws of MixedTextReader, document for document.
-  const std::vector<MixSource> texts = {{tmp / "text_ds", 1.0}, {tmp / "text_ds", 2.5}};
-  MixedTextReader old_mix;
-  MixedDocumentReader new_mix;
-  old_mix.open(texts, "train", 4);
-  new_mix.open(texts, "train", 4);
-  for (int i = 0; i < 300; ++i) {
-    std::string a, b;
-    size_t sa = 0, sb = 0;
-    old_mix.next(a, &sa);
-    new_mix.next(b, &sb);
-    REQUIRE(a == b);
-    REQUIRE(sa == sb);
-  }
   CHECK(from_parquet > 1000);  // 1125 expected
   CHECK(from_parquet < 1250);
   for (size_t k : {0, 3, 400, 1111}) {

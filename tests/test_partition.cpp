@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "datasets/dataset_mix.h"
+#include "datasets/document_mix.h"
 #include "datasets/dataset_reader.h"
 #include "datasets/prepare.h"
 
@@ -162,16 +162,16 @@ TEST_CASE("mix: draw k goes to rank k % world; resumable from the mix position")
   auto a = make_dataset("mix_a", 30, false);
   auto b = make_dataset("mix_b", 23, false);
   std::vector<MixSource> sources = {{a, 2.0}, {b, 1.0}};
-  MixedTextReader whole;
+  MixedDocumentReader whole;
   whole.open(sources, "train", 99);
   std::vector<std::string> all(120);
   for (auto& d : all) whole.next(d);
   for (uint32_t rank = 0; rank < 3; ++rank) {
-    MixedTextReader r;
+    MixedDocumentReader r;
     r.open(sources, "train", 99, {}, part(rank, 3));
     std::vector<std::string> got(20);
     for (auto& d : got) r.next(d);
-    MixedTextReader resumed;
+    MixedDocumentReader resumed;
     resumed.open(sources, "train", 99, r.position(), part(rank, 3));
     std::vector<std::string> more(20);
     for (auto& d : more) resumed.next(d);

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "datasets/dataset_mix.h"
+#include "datasets/document_mix.h"
 #include "datasets/dataset_reader.h"
 #include "datasets/manifest.h"
 #include "datasets/prepare.h"
@@ -706,7 +706,7 @@ TEST_CASE("weighted mix is deterministic, follows the weights and resumes exactl
     prepare_dataset({tmp / (std::string(name) + ".txt")}, o);
   }
   std::vector<MixSource> sources = {{tmp / "a_ds", 3.0}, {tmp / "b_ds", 1.0}};
-  MixedTextReader all;
+  MixedDocumentReader all;
   all.open(sources, "train", 42);
   std::vector<std::pair<size_t, std::string>> reference;
   size_t from_a = 0;
@@ -720,11 +720,11 @@ TEST_CASE("weighted mix is deterministic, follows the weights and resumes exactl
   CHECK(from_a > 1350);  // expected 1500 of 2000
   CHECK(from_a < 1650);
   for (size_t k : {0, 1, 77, 999}) {
-    MixedTextReader first;
+    MixedDocumentReader first;
     first.open(sources, "train", 42);
     std::string d;
     for (size_t i = 0; i < k; ++i) first.next(d);
-    MixedTextReader resumed;
+    MixedDocumentReader resumed;
     resumed.open(sources, "train", 42, first.position());
     for (size_t i = k; i < k + 300; ++i) {
       size_t s = 0;
@@ -733,7 +733,7 @@ TEST_CASE("weighted mix is deterministic, follows the weights and resumes exactl
       REQUIRE(d == reference[i].second);
     }
   }
-  CHECK(error_of([&] { MixedTextReader m; m.open({{tmp / "a_ds", 0.0}}, "train", 1); }).find("must be a positive") !=
+  CHECK(error_of([&] { MixedDocumentReader m; m.open({{tmp / "a_ds", 0.0}}, "train", 1); }).find("must be a positive") !=
         std::string::npos);
 }
 
