@@ -5,6 +5,12 @@
 if(PIPELINE_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer)
   add_link_options(-fsanitize=address,undefined)
+  # ASan's instrumentation changes what GCC's flow analysis sees, and -Wmaybe-uninitialized then
+  # fires inside libstdc++'s own headers (std::regex's automaton, GCC 12, in tests/test_live.cpp),
+  # code the plain build compiles without the warning. The plain build keeps it as an error.
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+    add_compile_options(-Wno-maybe-uninitialized)
+  endif()
 elseif(PIPELINE_SANITIZE STREQUAL "thread")
   if(PIPELINE_WITH_TORCH)
     message(FATAL_ERROR "PIPELINE_SANITIZE=thread covers the torch-free parts: configure with -DPIPELINE_WITH_TORCH=OFF")
