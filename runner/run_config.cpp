@@ -17,6 +17,11 @@ const std::vector<config::Schema>& run_schemas() {
     s.back()
         .string("name", "run", "run directory name prefix: runs/<name>-<timestamp>")
         .string("dir", "", "explicit run directory (empty: runs/<name>-<timestamp> under the working directory)")
+        .string("resume", "never",
+                "auto: continue the run in `dir` from its newest complete checkpoint when it has one, else start it "
+                "(what a restart by torchrun --max-restarts needs; the same as --resume auto); never: refuse a `dir` "
+                "that holds checkpoints",
+                {"never", "auto"})
         .integer("seed", 1337, "seed for weights, data order and sampling", 0, 9.2e18)
         .string("device", "auto", "where to train: auto (CUDA when present), cpu or cuda", {"auto", "cpu", "cuda"})
         .integer("threads", 0, "torch intra-op threads on CPU (0: torch's default)", 0, 1024)
@@ -147,11 +152,15 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   };
 
   auto run = sec("run");
-  rc.run = {run.get_string("name"),        run.get_string("dir"),
+  rc.run = {run.get_string("name"),        run.get_string("dir"),         run.get_string("resume"),
             run.get_int("seed"),            run.get_string("device"),
             run.get_int("threads"),         run.get_bool("autotune"),
             run.get_string("backend"),      run.get_float("dist_timeout_s"),
             run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb")};
+
+  if (rc.run.resume == "auto" && rc.run.dir.empty())
+    throw run.error("resume", "\"auto\" needs [run] dir: a restarted run finds its checkpoints there (the default "
+                              "runs/<name>-<timestamp> is new at every start)");
 
   auto m = sec("model");
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),

@@ -15,6 +15,7 @@ namespace pipeline::stages {
 struct RunSection {
   std::string name = "run";     // run directory name prefix
   std::string dir;              // explicit run directory ("" = runs/<name>-<timestamp>)
+  std::string resume = "never";  // never | auto: continue the run in `dir` when it has a checkpoint
   int64_t seed = 1337;
   std::string device = "auto";  // auto | cpu | cuda
   int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)

@@ -1,6 +1,7 @@
 // See run_resolve.h.
 #include "runner/run_resolve.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "model/hf_config.h"
@@ -16,13 +17,19 @@ std::vector<config::Section> ResolvedRun::sections() const {
   return out;
 }
 
-fs::path latest_checkpoint(const fs::path& run_dir) {
-  fs::path best;
+std::vector<fs::path> checkpoints_newest_first(const fs::path& run_dir) {
+  std::vector<fs::path> out;
   auto dir = run_dir / "checkpoints";
-  if (!fs::is_directory(dir)) return best;
+  if (!fs::is_directory(dir)) return out;
   for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".ckpt" && (best.empty() || e.path().filename() > best.filename())) best = e.path();
-  return best;
+    if (e.path().extension() == ".ckpt") out.push_back(e.path());  // (a writer's temporaries are .tmp)
+  std::sort(out.begin(), out.end(), [](const fs::path& a, const fs::path& b) { return a.filename() > b.filename(); });
+  return out;
+}
+
+fs::path latest_checkpoint(const fs::path& run_dir) {
+  auto all = checkpoints_newest_first(run_dir);
+  return all.empty() ? fs::path() : all.front();
 }
 
 fs::path checkpoint_file(const fs::path& file_or_run_dir) {
@@ -108,6 +115,8 @@ ResolvedRun resolve_run(const RunRequest& req) {
   ResolvedRun r;
   std::string cfg = req.config;
   if (cfg.empty()) {
+    if (req.resume_auto)
+      throw std::invalid_argument("--resume auto needs a CONFIG: its [run] dir is the run directory it continues");
     if (req.resume.empty()) throw std::invalid_argument("no config given");
     cfg = (req.resume / "config.toml").string();  // the resolved config the run started with
   }

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <ctime>
+#include <iostream>
+#include <set>
 
 #include "base/atomic_file.h"
 #include "base/json.h"
@@ -53,18 +55,23 @@ dist::BackendKind pick_backend(const RunConfig& rc, const torch::Device& device)
 
 // What every rank must agree on, one "section.key = value" line each: the resolved settings
 // minus those that may differ between machines without changing what is trained (paths, names,
-// thread and worker counts, logging).
-std::string config_fingerprint(const std::vector<config::Section>& sections) {
-  auto skip = [](const std::string& section, const std::string& key) {
+// thread and worker counts, logging, and how long a delay or spin stage holds each item, so that
+// one machine can be slowed on purpose).
+std::string config_fingerprint(const RunPlan& plan) {
+  std::set<std::string> timing_only;  // "stages.<name>" of the delay and spin stages
+  for (const auto& st : plan.spec.stages)
+    if (st.type == "delay" || st.type == "spin") timing_only.insert("stages." + st.name);
+  auto skip = [&](const std::string& section, const std::string& key) {
     if (section == "logging") return true;
     if (section == "run") return key == "name" || key == "dir" || key == "threads" || key == "device";
     if (section == "data") return key == "dataset";
+    if (timing_only.count(section)) return key == "ms" || key == "jitter_ms" || key == "seed";
     if (section.rfind("stages.", 0) == 0)
       return key == "dataset" || key == "mix" || key == "workers" || key == "capacity";
     return false;
   };
   std::string out;
-  for (const auto& s : sections) {
+  for (const auto& s : plan.sections()) {
     std::string toml = config::to_toml({s});
     for (size_t at = toml.find('\n') + 1; at < toml.size();) {  // past the [section] line
       size_t end = toml.find('\n', at);
@@ -86,7 +93,7 @@ void join_ranks(RunPlan& plan, const dist::LaunchEnv& env) {
   o.device = ctx.device;
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_timeout_s * 1000));
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_heartbeat_s * 1000));
-  o.config_fingerprint = config_fingerprint(plan.sections());
+  o.config_fingerprint = config_fingerprint(plan);
   ctx.dp = std::make_shared<DataParallel>(dist::Group::join(env, o), o.backend);
   ctx.partition = {static_cast<uint32_t>(env.rank), static_cast<uint32_t>(env.world_size)};
 }
@@ -100,6 +107,41 @@ std::string timestamp() {
   return buf;
 }
 
+// The checkpoint a run continues from in `dir`, chosen by rank 0 (or the only process) and taken
+// from it by the other ranks, so that every rank resumes from the same one. Explicit --resume: the
+// newest, and an error when there is none. auto: the newest that reads back whole (one that does
+// not is named on stderr and passed over), or none when `dir` holds no checkpoint yet; checkpoints
+// none of which reads back are an error, never a fresh start over them.
+fs::path agreed_checkpoint(RunContext& ctx, const fs::path& dir, bool automatic) {
+  if (ctx.dp && ctx.dp->rank() != 0) {
+    auto chosen = ctx.dp->group().get("resume_from");
+    return chosen == "-" ? fs::path() : fs::path(chosen);
+  }
+  fs::path chosen;
+  if (!automatic) {
+    if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such run directory");
+    chosen = latest_checkpoint(dir);
+    if (chosen.empty())
+      throw std::runtime_error(dir.string() + ": no checkpoint in " + (dir / "checkpoints").string() + " to resume from");
+  } else {
+    const auto all = checkpoints_newest_first(dir);
+    for (const auto& c : all) {
+      try {
+        model::read_checkpoint(c.string());  // checks every length and the CRC
+        chosen = c;
+        break;
+      } catch (const std::exception& e) {
+        std::cerr << "pipeline run: --resume auto: passing over " << c.string() << ": " << e.what() << "\n";
+      }
+    }
+    if (chosen.empty() && !all.empty())
+      throw std::runtime_error(dir.string() + ": none of its " + std::to_string(all.size()) +
+                               " checkpoints reads back whole (see above); not starting over them");
+  }
+  if (ctx.dp) ctx.dp->group().set("resume_from", chosen.empty() ? "-" : chosen.string());
+  return chosen;
+}
+
 // The run directory (new, or the one --resume names), the checkpoint to resume from and this
 // rank's data position in it, and the run log. With several ranks, rank 0 names a new run
 // directory and is the only one to write into it.
@@ -107,19 +149,23 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   auto& ctx = plan.ctx;
   const int rank = ctx->dp ? ctx->dp->rank() : 0;
   const int world = ctx->dp ? ctx->dp->size() : 1;
+  const bool automatic = req.resume.empty() && req.create_run_dir && (req.resume_auto || ctx->cfg.run.resume == "auto");
+  if (automatic && ctx->cfg.run.dir.empty())
+    throw config::ConfigError(ctx->cfg.file.string() +
+                              ": --resume auto needs [run] dir: a restarted run finds its checkpoints there (the "
+                              "default runs/<name>-<timestamp> is new at every start)");
 
-  if (!req.resume.empty()) {
-    if (!fs::is_directory(req.resume)) throw std::runtime_error(req.resume.string() + ": no such run directory");
-    auto ckpt = latest_checkpoint(req.resume);
-    if (ckpt.empty())
-      throw std::runtime_error(req.resume.string() + ": no checkpoint in " + (req.resume / "checkpoints").string() +
-                               " to resume from");
+  fs::path ckpt;
+  if (!req.resume.empty() || automatic)
+    ckpt = agreed_checkpoint(*ctx, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
+  const bool resuming = !ckpt.empty();
+  if (resuming) {
     auto state = model::read_checkpoint(ckpt.string());
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
-    ctx->run_dir = req.resume;
+    ctx->run_dir = automatic ? fs::path(ctx->cfg.run.dir) : req.resume;
   } else if (req.create_run_dir && rank != 0) {
     ctx->run_dir = ctx->dp->group().get("run_dir");  // named by rank 0 (its clock, its checks)
   } else if (req.create_run_dir) {
@@ -128,18 +174,18 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     if (!latest_checkpoint(ctx->run_dir).empty())  // (temporaries a killed writer left do not count)
       throw std::runtime_error(ctx->run_dir.string() +
                                " already holds a run with checkpoints; continue it with --resume " +
-                               ctx->run_dir.string() + ", or choose another [run] dir");
+                               ctx->run_dir.string() + " (or --resume auto), or choose another [run] dir");
   }
   const bool writer = ctx->writer();
   if (!ctx->run_dir.empty() && writer) {
     fs::create_directories(ctx->run_dir);
-    if (req.resume.empty()) {
+    if (!resuming) {
       // --resume reads this file back: a run whose config.toml could not be written must not start.
       write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +
                                                           plan.config_path.string() + ").\n\n" +
                                                           config::to_toml(plan.sections()));
     }
-    if (ctx->dp && req.resume.empty()) ctx->dp->group().set("run_dir", ctx->run_dir.string());
+    if (ctx->dp && !resuming) ctx->dp->group().set("run_dir", ctx->run_dir.string());
   }
   // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
   ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);

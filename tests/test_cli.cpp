@@ -288,6 +288,55 @@ TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, re
   fs::remove_all(dir);
 }
 
+TEST_CASE("--resume auto: starts a run, continues it from its newest checkpoint that reads back, refuses without [run] dir") {
+  auto dir = temp_dir("auto");
+  const auto run_dir = dir / "run";
+  const std::string common = "--set model.preset=tiny --set training.seq_len=32 --set eval.every=0 --set logging.live=off "
+                             "--set checkpoint.every=2 --set run.dir=" + run_dir.string() + " ";
+  // No run yet: auto starts one (check says so first).
+  auto c = sh("check " + kQuick + " " + common + "--resume auto");
+  INFO(c.out);
+  CHECK(c.code == 0);
+  CHECK(contains(c.out, "holds no checkpoint yet; the run starts there"));
+  auto first = sh("run " + kQuick + " " + common + "--set training.steps=4 --resume auto");
+  INFO(first.out);
+  REQUIRE(first.code == 0);
+  CHECK(!contains(first.out, "resuming from"));
+  CHECK(contains(first.out, "done: 4 steps"));
+  // The same command with more steps continues at step 4 ([run] resume in the file works the same).
+  auto second = sh("run " + kQuick + " " + common + "--set training.steps=6 --set run.resume=auto");
+  INFO(second.out);
+  REQUIRE(second.code == 0);
+  CHECK(contains(second.out, "resuming from " + (run_dir / "checkpoints" / "step_00000004.ckpt").string() + " at step 4"));
+  CHECK(contains(second.out, "done: 6 steps"));
+  // A newest checkpoint that does not read back whole (a disk error) is named and passed over.
+  const auto newest = run_dir / "checkpoints" / "step_00000006.ckpt";
+  REQUIRE(fs::exists(newest));
+  fs::resize_file(newest, fs::file_size(newest) / 2);
+  auto third = sh("run " + kQuick + " " + common + "--set training.steps=8 --resume auto");
+  INFO(third.out);
+  CHECK(third.code == 0);
+  CHECK(contains(third.out, "passing over " + newest.string()));
+  CHECK(contains(third.out, "resuming from " + (run_dir / "checkpoints" / "step_00000004.ckpt").string() + " at step 4"));
+  CHECK(contains(third.out, "done: 8 steps"));
+  // Without [run] dir there is nothing to find again; without a config there is no [run] dir.
+  auto nodir = sh("run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --resume auto");
+  CHECK(nodir.code != 0);
+  CHECK(contains(nodir.out, "--resume auto needs [run] dir"));
+  auto keynodir = sh("check " + kQuick + " --set run.resume=auto");
+  CHECK(keynodir.code != 0);
+  CHECK(contains(keynodir.out, "[run] resume: \"auto\" needs [run] dir"));
+  auto noconfig = sh("run --resume auto");
+  CHECK(noconfig.code != 0);
+  CHECK(contains(noconfig.out, "--resume auto needs a CONFIG"));
+  // Without auto, a [run] dir with checkpoints is still refused, and auto is offered.
+  auto refused = sh("run " + kQuick + " " + common + "--set training.steps=8");
+  CHECK(refused.code != 0);
+  CHECK(contains(refused.out, "already holds a run with checkpoints"));
+  CHECK(contains(refused.out, "--resume auto"));
+  fs::remove_all(dir);
+}
+
 namespace {
 
 // A listening socket on a free loopback port, held while alive: a port in use.

@@ -7,12 +7,20 @@
 //     resuming from the last checkpoint with two ranks continues exactly (same losses, same weights).
 //   - Ctrl-C on the launcher: every rank stops after the same step with a checkpoint holding each
 //     rank's data cursor; resuming continues exactly.
+//   - torchrun --max-restarts with --resume auto: a rank killed after a checkpoint; torchrun restarts
+//     both, they resume from the same checkpoint and finish with the uninterrupted run's losses,
+//     weights and tokens (each token once).
+//   - Two torchrun agents (--nnodes=2, c10d rendezvous on loopback) train together as two nodes;
+//     a delay on one node's input makes it the straggler the summary names.
 // The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
 // both ways of reading (round-robin by document over two ranks; in order, two per step) give the
 // same batches. Exits 77 (CTest: skipped) where set-up installed no torchrun.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -311,4 +319,105 @@ TEST_CASE("Ctrl-C on torchrun stops every rank after the same step, with a check
   CHECK(same_weights(final_checkpoint(f.root / "stopped"), final_checkpoint(f.two_ranks)));
   for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})
     CHECK_MESSAGE(read_u16(f.root / "stopped" / r) == read_u16(f.two_ranks / r), r);
+}
+
+TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted from one checkpoint, each token once") {
+  auto& f = fixture();
+  auto cfg = write_config(f.root, "restarted", f.data);
+  auto sets = common_sets();
+  for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
+                        "stages.h2d.input=\"slow\"", "run.resume=\"auto\""})
+    sets.push_back(s);
+  std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=2", "--max-restarts=2",
+                                   "--monitor-interval=0.5", "--no-python", PIPELINE_EXE, "run", cfg.string()};
+  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+  auto l = spawn(argv, f.root / "restarted.log");
+  const auto run_dir = f.root / "restarted";
+  REQUIRE_MESSAGE(wait_for_file(run_dir / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
+                  test_util::read_file(f.root / "restarted.log"));
+  pid_t victim = worker_pid(l.pid, 1);
+  REQUIRE(victim > 0);
+  kill(victim, SIGKILL);
+  int code = test_util::wait_exit(l.pid, std::chrono::seconds(300));
+  auto log = test_util::read_file(f.root / "restarted.log");
+  INFO(log);
+  CHECK(code == 0);
+  // torchrun restarted the ranks, and they resumed (rank 0 says from which checkpoint; every rank
+  // took its choice).
+  CHECK(contains(log, "failed (exitcode: -9)"));  // torchrun saw the kill...
+  size_t starts = 0;                               // ...and started rank 0 again
+  for (size_t at = log.find("pipeline 0."); at != std::string::npos; at = log.find("pipeline 0.", at + 1)) ++starts;
+  CHECK(starts == 2);
+  CHECK(contains(log, "resuming from " + (run_dir / "checkpoints").string()));
+  CHECK(contains(test_util::read_file(run_dir / "run.log"), "done: " + std::to_string(kSteps) + " steps"));
+  auto ref = read_losses(f.two_ranks), got = read_losses(run_dir);
+  for (int s = 1; s <= kSteps; ++s) CHECK_MESSAGE(got[s] == ref[s], "step " << s);
+  CHECK(same_weights(final_checkpoint(run_dir), final_checkpoint(f.two_ranks)));
+  for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})  // every token once, none lost
+    CHECK_MESSAGE(read_u16(run_dir / r) == read_u16(f.two_ranks / r), r);
+}
+
+namespace {
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  socklen_t n = sizeof a;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+}  // namespace
+
+TEST_CASE("two torchrun agents as two nodes on one box train together; the slowed node is named the straggler") {
+  auto& f = fixture();
+  auto cfg = write_config(f.root, "nodes", f.data);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  // Node 1's input is held 400 ms a batch (a delay stage, pack -> rec -> slow -> h2d); node 0's not.
+  auto agent = [&](int node, const std::string& delay_ms) {
+    std::vector<std::string> argv = {kTorchrun, "--nnodes=2", "--node-rank=" + std::to_string(node),
+                                     "--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint,
+                                     "--rdzv-id=pipeline-two-nodes", "--nproc-per-node=1", "--no-python",
+                                     PIPELINE_EXE, "run", cfg.string()};
+    auto sets = common_sets();
+    for (const std::string& s : std::vector<std::string>{"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"",
+                                                         "stages.h2d.input=\"slow\"", "stages.slow.ms=" + delay_ms})
+      sets.push_back(s);
+    for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
+    return spawn(argv, f.root / ("node" + std::to_string(node) + ".log"));
+  };
+  auto n0 = agent(0, "0"), n1 = agent(1, "400");
+  // Which global rank the rendezvous gave node 1's worker.
+  int slow_rank = -1;
+  for (auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+       slow_rank < 0 && std::chrono::steady_clock::now() < deadline;) {
+    for (int r : {0, 1})
+      if (worker_pid(n1.pid, r) > 0) slow_rank = r;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  int c0 = test_util::wait_exit(n0.pid, std::chrono::seconds(300)), c1 = test_util::wait_exit(n1.pid, std::chrono::seconds(60));
+  auto log = test_util::read_file(f.root / "node0.log") + test_util::read_file(f.root / "node1.log");
+  INFO(log);
+  CHECK(c0 == 0);
+  CHECK(c1 == 0);
+  REQUIRE(slow_rank >= 0);
+  CHECK(contains(log, "data parallel: 2 ranks, gloo"));
+  // One run directory, written by global rank 0; both ranks' tokens are the two-rank run's.
+  const auto run_dir = f.root / "nodes";
+  auto ref = read_losses(f.two_ranks), got = read_losses(run_dir);
+  for (int s = 1; s <= kSteps; ++s) CHECK_MESSAGE(got[s] == ref[s], "step " << s);
+  for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})
+    CHECK_MESSAGE(read_u16(run_dir / r) == read_u16(f.two_ranks / r), r);
+  // The merged summary names the slowed node's rank as the straggler, and its delay stage.
+  auto summary = json_parse(test_util::read_file(run_dir / "stats_summary.json"));
+  const auto* verdict = summary.find("verdict");
+  REQUIRE(verdict);
+  CHECK(verdict->string("kind") == "straggler");
+  CHECK(verdict->string("stage") == "slow@" + std::to_string(slow_rank));
+  CHECK(contains(verdict->string("text"), "rank " + std::to_string(slow_rank) + ": "));
+  CHECK(contains(log, "its train waited for input"));
 }

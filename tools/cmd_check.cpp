@@ -24,13 +24,22 @@ int check_main(const std::vector<std::string>& args) {
     const auto ckpt = stages::checkpoint_file(req.resume);  // throws when the run has none
     model::CheckpointFileReader reader(ckpt.string());      // the header is checked, not the tensors
     std::cout << "resumes from " << ckpt.string() << " at step " << reader.header().step << "\n";
+  } else if (req.resume_auto || run.cfg.run.resume == "auto") {
+    if (run.cfg.run.dir.empty())
+      throw std::runtime_error(run.config_path.string() + ": --resume auto needs [run] dir: a restarted run finds its "
+                               "checkpoints there");
+    const auto ckpt = stages::latest_checkpoint(run.cfg.run.dir);
+    if (ckpt.empty())
+      std::cout << "resume auto: " << run.cfg.run.dir << " holds no checkpoint yet; the run starts there\n";
+    else
+      std::cout << "resume auto: continues from " << ckpt.string() << "\n";
   }
   std::cout << "ok: " << run.spec.stages.size() << " stages, configuration valid\n";
   return 0;
 }
 
 PIPELINE_COMMAND({"check", "validate a config and print every resolved setting",
-                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR]\n\n"
+                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto]\n\n"
                   "Resolves the whole configuration as `pipeline run` would (defaults, --set, dataset path,\n"
                   "model preset, the stage graph), prints it as a table, and exits non-zero on any error.",
                   &check_main});

@@ -109,7 +109,7 @@ int run_main(const std::vector<std::string>& args) {
     server = stages::start_live_server(ctx, req.serve);
   } catch (const std::exception& e) {
     if (ctx.dp) ctx.dp->group().record_exit(e.what());
-    if (req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
+    if (ctx.resume_from.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
@@ -120,7 +120,7 @@ int run_main(const std::vector<std::string>& args) {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
   } catch (const std::exception& e) {
     if (ctx.dp) ctx.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
-    if (req.resume.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
+    if (ctx.resume_from.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
   graph::Engine& engine = *engine_ptr;

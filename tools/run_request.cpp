@@ -19,8 +19,12 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
     };
     if (s == "--set" || s.rfind("--set=", 0) == 0)
       req.overrides.push_back(value("--set"));
-    else if (s == "--resume" || s.rfind("--resume=", 0) == 0)
-      req.resume = value("--resume");
+    else if (s == "--resume" || s.rfind("--resume=", 0) == 0) {
+      // "auto" is the keyword; a run directory of that name is ./auto.
+      const std::string v = value("--resume");
+      req.resume_auto = v == "auto";
+      req.resume = req.resume_auto ? std::filesystem::path() : std::filesystem::path(v);
+    }
     else if (std::string(cmd) == "run" && (s == "--serve" || s.rfind("--serve=", 0) == 0))
       req.serve = value("--serve");
     else if (!s.empty() && s[0] == '-')
@@ -30,6 +34,9 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
     else
       throw std::invalid_argument("one config file expected, got a second: " + s);
   }
+  if (req.resume_auto && req.config.empty())
+    throw std::invalid_argument(std::string("--resume auto needs a CONFIG (usage: pipeline ") + cmd +
+                                " CONFIG --resume auto): its [run] dir is the run directory it continues");
   if (req.config.empty() && req.resume.empty())
     throw std::invalid_argument(std::string("no config given (usage: pipeline ") + cmd + " CONFIG [--set section.key=value ...])");
   return req;

@@ -13,7 +13,8 @@
 
 namespace pipeline::cli {
 
-/// CONFIG [--set section.key=value]... [--resume RUN_DIR]; `cmd` names the command in errors.
+/// CONFIG [--set section.key=value]... [--resume RUN_DIR | --resume auto]; `cmd` names the command in
+/// errors.
 /// Throws std::invalid_argument.
 stages::RunRequest parse_run_request(const std::vector<std::string>& args, const char* cmd);
 

@@ -41,12 +41,16 @@ std::function<int(const std::vector<std::string>&)> in_torch_half(const char* na
 }
 
 PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
-                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR] [--serve [ADDR:]PORT]\n"
+                  "usage: pipeline run CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto]\n"
+                  "                    [--serve [ADDR:]PORT]\n"
                   "       pipeline run --resume RUN_DIR\n\n"
                   "CONFIG is a TOML file, or a bare name looked up in pipelines/ (gpt2.toml, quickstart.toml).\n"
                   "--set overrides any key with the same names and checks as the file, e.g.\n"
                   "  pipeline run gpt2.toml --set training.steps=200 --set stages.tokenize.workers=4\n"
                   "--resume continues a run from the newest checkpoint in RUN_DIR exactly where it stopped.\n"
+                  "--resume auto (or [run] resume = \"auto\") continues the run in [run] dir when it holds a complete\n"
+                  "checkpoint and starts it otherwise: the same command again after a crash, or under torchrun\n"
+                  "--max-restarts, picks up where the run stopped; every rank resumes from the same checkpoint.\n"
                   "--serve PORT serves the live page of the stage graph at http://127.0.0.1:PORT/ and Prometheus\n"
                   "metrics at /metrics while the run trains ([logging] http in the config does the same); PORT 0\n"
                   "picks a free port. ADDR:PORT listens elsewhere than 127.0.0.1 (read-only, no authentication).\n"
