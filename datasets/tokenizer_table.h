@@ -1,6 +1,6 @@
 // A vocabulary as one flat table of bytes that the tokenizer uses in place: token bytes, the
 // piece and pair hash tables and the byte-pair shortcut, laid out once. The GPT-2 table is laid
-// out at build time (datasets/vocab/make_vocab_table.cpp) and compiled into the library, so
+// out at build time (datasets/gen/make_vocab_table.cpp) and compiled into the library, so
 // start-up neither parses nor allocates per token; files given at run time are laid out the
 // same way, by the same code.
 //

@@ -20,6 +20,7 @@
 #include "datasets/tokenizer_files.h"
 #include "datasets/tokenizer_pretokenize.h"
 #include "datasets/tokenizer_table.h"
+#include "datasets/unicode_class.h"
 
 namespace fs = std::filesystem;
 using pipeline::datasets::Tokenizer;
@@ -211,6 +212,22 @@ TEST_CASE("pre-tokenizer follows GPT-2's pattern") {
   CHECK(pieces("\xF0\x9E\x97\xB1" "1") == V{"\xF0\x9E\x97\xB1" "1"});
   // Still-unassigned code points are "other".
   CHECK(pieces("\xF3\xA0\x80\x80" "!") == V{"\xF3\xA0\x80\x80" "!"});
+}
+
+TEST_CASE("the build-time BMP class table is what ICU answers now") {
+  namespace uc = pipeline::datasets::unicode;
+  const uc::CharClass* table = uc::bmp_table();
+  size_t mismatches = 0, letters = 0;
+  for (uint32_t cp = 0; cp < 0x10000; ++cp) {
+    if (table[cp] != uc::classify_slow(cp) && ++mismatches <= 5) FAIL_CHECK("U+" << std::hex << cp);
+    letters += table[cp] == uc::CharClass::letter;
+  }
+  CHECK(mismatches == 0);
+  CHECK(letters > 40000);  // most of the BMP is CJK and Hangul
+  CHECK(table[' '] == uc::CharClass::space);
+  CHECK(table['7'] == uc::CharClass::number);
+  CHECK(table[0x4F60] == uc::CharClass::letter);  // 你
+  CHECK(table[0xA7CB] == uc::CharClass::letter);  // Unicode 16, from the top-up list
 }
 
 TEST_CASE("short hard strings match tiktoken") {
