@@ -150,7 +150,9 @@ std::vector<unsigned char> vocab_table_build(const VocabTokens& tokens) {
 
 bpe::Vocab vocab_table_open(std::span<const unsigned char> table, std::string_view name) {
   const std::string where = std::string(name) + ": ";
-  const char* hint = " (tables are made by vocab_table_build; the embedded one by gen/make_vocab_table at build time)";
+  const char* hint =
+      " (a table comes from vocab_table_build; the embedded one is generated at build time by "
+      "datasets/gen/make_vocab_table: rebuild)";
   if (table.size() < header_bytes)
     throw std::runtime_error(where + std::to_string(table.size()) + " bytes, shorter than the " +
                              std::to_string(header_bytes) + "-byte header of a vocabulary table" + hint);
