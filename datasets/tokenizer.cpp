@@ -1,23 +1,20 @@
-// GPT-2 tokenizer: loading encoder.json / vocab.bpe, encode, decode, the embedded vocabulary.
+// GPT-2 tokenizer: opening a vocabulary (embedded or from files), encode, decode, and the
+// embedded release files.
 #include "datasets/tokenizer.h"
 
 #include <zstd.h>
 
-#include <array>
 #include <atomic>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
-#include <sstream>
+#include <span>
 #include <stdexcept>
-#include <unordered_map>
 
-#include "base/json.h"
 #include "datasets/tokenizer_bpe.h"
+#include "datasets/tokenizer_files.h"
 #include "datasets/tokenizer_pretokenize.h"
+#include "datasets/tokenizer_table.h"
 
-// Generated at build time from datasets/vocab/*.zst (datasets/vocab/embed.cmake).
+// The release files as they are, generated at build time from datasets/vocab/*.zst
+// (datasets/vocab/embed.cmake); the tokenizer itself uses the table (tokenizer_table.h).
 namespace pipeline::datasets::embedded {
 extern const unsigned char gpt2_encoder_json_zst[];
 extern const size_t gpt2_encoder_json_zst_size;
@@ -30,125 +27,6 @@ namespace pipeline::datasets {
 namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw std::runtime_error(msg); }
-
-std::string hex_byte(unsigned c) {
-  char buf[8];
-  std::snprintf(buf, sizeof buf, "0x%02X", c & 0xFF);
-  return buf;
-}
-
-// GPT-2 stores token bytes as printable code points: printable Latin-1 bytes stand for
-// themselves, the other 68 bytes are moved to U+0100.. in byte order. This is the inverse.
-const std::array<int, 512>& unicode_to_byte() {
-  static const auto table = [] {
-    std::array<int, 512> t;
-    t.fill(-1);
-    int shifted = 0;
-    for (int b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      t[printable ? b : 256 + shifted++] = b;
-    }
-    return t;
-  }();
-  return table;
-}
-
-// Maps a token written in GPT-2's byte alphabet (UTF-8 text) to its bytes. Returns false and
-// sets bad_cp if a code point is outside the alphabet.
-bool alphabet_to_bytes(std::string_view text, std::string& out, uint32_t& bad_cp) {
-  const auto& inv = unicode_to_byte();
-  out.clear();
-  size_t i = 0;
-  while (i < text.size()) {
-    const auto b0 = static_cast<unsigned char>(text[i]);
-    uint32_t cp;
-    size_t len;
-    if (b0 < 0x80) {
-      cp = b0;
-      len = 1;
-    } else if ((b0 & 0xE0) == 0xC0 && i + 1 < text.size()) {
-      cp = ((b0 & 0x1Fu) << 6) | (static_cast<unsigned char>(text[i + 1]) & 0x3Fu);
-      len = 2;
-    } else {
-      cp = b0 >= 0xE0 ? 0xFFFD : b0;  // anything wider is outside the alphabet
-      len = 1;
-      bad_cp = cp;
-      return false;
-    }
-    if (cp >= inv.size() || inv[cp] < 0) {
-      bad_cp = cp;
-      return false;
-    }
-    out += static_cast<char>(inv[cp]);
-    i += len;
-  }
-  return true;
-}
-
-std::string printable(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7F && u != '\\' && u != '\'') {
-      out += c;
-    } else {
-      out += "\\x" + hex_byte(u).substr(2);
-    }
-  }
-  return "'" + out + "'";
-}
-
-// encoder.json is a flat JSON object of token -> id. It is read with the project's one JSON
-// parser; here only the shape is checked and each key is mapped back from GPT-2's printable
-// byte alphabet to raw bytes.
-struct EncoderEntry {
-  std::string bytes;
-  uint64_t id;
-  size_t offset;  // byte offset of the value, for messages
-};
-
-std::vector<EncoderEntry> parse_encoder_json(std::string_view text, std::string_view name) {
-  JsonValue root;
-  try {
-    root = json_parse(text);
-  } catch (const JsonParseError& e) {
-    fail(std::string(name) + ": malformed JSON at " + e.what());
-  }
-  if (root.type != JsonValue::Type::object)
-    fail(std::string(name) + ": expected a JSON object of token -> id at byte offset " + std::to_string(root.offset) +
-         ", got " + JsonValue::type_name(root.type));
-  std::vector<EncoderEntry> out;
-  out.reserve(root.members.size());
-  for (const auto& [key, val] : root.members) {
-    EncoderEntry e;
-    e.offset = val.offset;
-    uint32_t bad_cp = 0;
-    if (!alphabet_to_bytes(key, e.bytes, bad_cp)) {
-      char cp[16];
-      std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
-      fail(std::string(name) + ": token before byte offset " + std::to_string(val.offset) + " contains " + cp +
-           ", which is not in GPT-2's byte-to-unicode alphabet");
-    }
-    const bool digits = val.type == JsonValue::Type::number && !val.text.empty() && val.text.size() <= 10 &&
-                        val.text.find_first_not_of("0123456789") == std::string::npos;
-    if (!digits || std::stoull(val.text) > 0xFFFFFFFFull)
-      fail(std::string(name) + ": malformed vocabulary at byte offset " + std::to_string(val.offset) +
-           ": expected a non-negative integer token id below 2^32, got " +
-           (val.type == JsonValue::Type::number ? val.text : std::string(JsonValue::type_name(val.type))));
-    e.id = std::stoull(val.text);
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open " + path.string() + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) fail("error reading " + path.string());
-  return std::move(ss).str();
-}
 
 std::string zstd_decompress(const unsigned char* data, size_t size, const char* name) {
   std::string out;
@@ -182,127 +60,33 @@ Gpt2VocabFiles gpt2_vocab_files() {
 
 Tokenizer::Tokenizer(std::shared_ptr<const bpe::Vocab> vocab) : vocab_(std::move(vocab)) {}
 
+Tokenizer Tokenizer::from_table(bpe::Vocab vocab) {
+  // Per-thread piece caches tag their entries with this, so no two vocabularies may share it.
+  static std::atomic<uint32_t> next_serial{1};
+  vocab.serial = next_serial.fetch_add(1);
+  return Tokenizer(std::make_shared<const bpe::Vocab>(std::move(vocab)));
+}
+
+Tokenizer Tokenizer::from_tokens(const VocabTokens& tokens) {
+  std::vector<unsigned char> table = vocab_table_build(tokens);
+  bpe::Vocab v = vocab_table_open(table, "vocabulary table");
+  v.storage = std::move(table);  // the views stay valid: a moved vector keeps its buffer
+  return from_table(std::move(v));
+}
+
 const Tokenizer& Tokenizer::gpt2() {
-  static const Tokenizer tok = [] {
-    const Gpt2VocabFiles files = gpt2_vocab_files();
-    return from_memory(files.encoder_json, files.vocab_bpe, "<embedded>/gpt2_encoder.json",
-                       "<embedded>/gpt2_vocab.bpe");
-  }();
+  static const Tokenizer tok = from_table(vocab_table_open(
+      std::span(embedded::gpt2_vocab_table, embedded::gpt2_vocab_table_size), "embedded GPT-2 vocabulary table"));
   return tok;
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe) {
-  const std::string enc = read_file(encoder_json);
-  const std::string merges = read_file(vocab_bpe);
-  return from_memory(enc, merges, encoder_json.string(), vocab_bpe.string());
+  return from_tokens(vocab_tokens_load(encoder_json, vocab_bpe));
 }
 
 Tokenizer Tokenizer::from_memory(std::string_view encoder_json, std::string_view vocab_bpe,
                                  std::string_view encoder_name, std::string_view bpe_name) {
-  auto v = std::make_shared<bpe::Vocab>();
-  const std::string enc_name(encoder_name);
-  const std::string merges_name(bpe_name);
-
-  // encoder.json: ids must be exactly 0..n-1, each token once.
-  auto entries = parse_encoder_json(encoder_json, encoder_name);
-  const size_t n = entries.size();
-  if (n < 256) fail(enc_name + ": " + std::to_string(n) + " tokens; a byte-level vocabulary needs at least 256");
-  std::vector<const EncoderEntry*> by_id(n, nullptr);
-  std::unordered_map<std::string, uint32_t> id_of;
-  id_of.reserve(n * 2);
-  for (const auto& e : entries) {
-    if (e.id >= n)
-      fail(enc_name + ": token " + printable(e.bytes) + " at byte offset " + std::to_string(e.offset) + " has id " +
-           std::to_string(e.id) + "; ids must be 0.." + std::to_string(n - 1));
-    if (by_id[e.id] != nullptr)
-      fail(enc_name + ": id " + std::to_string(e.id) + " at byte offset " + std::to_string(e.offset) +
-           " was already given to token " + printable(by_id[e.id]->bytes));
-    if (!id_of.emplace(e.bytes, static_cast<uint32_t>(e.id)).second)
-      fail(enc_name + ": token " + printable(e.bytes) + " at byte offset " + std::to_string(e.offset) +
-           " appears twice");
-    by_id[e.id] = &e;
-  }
-  v->offsets.reserve(n + 1);
-  std::vector<bool> special(n, false);
-  for (size_t id = 0; id < n; ++id) {
-    v->offsets.push_back(static_cast<uint32_t>(v->pool.size()));
-    v->pool += by_id[id]->bytes;
-    if (by_id[id]->bytes == Tokenizer::eot_text) {
-      special[id] = true;
-      v->specials.emplace_back(by_id[id]->bytes, static_cast<uint32_t>(id));
-    }
-  }
-  v->offsets.push_back(static_cast<uint32_t>(v->pool.size()));
-  for (int b = 0; b < 256; ++b) {
-    const auto it = id_of.find(std::string(1, static_cast<char>(b)));
-    if (it == id_of.end()) fail(enc_name + ": no token for byte " + hex_byte(static_cast<unsigned>(b)));
-    v->byte_id[b] = it->second;
-  }
-
-  // vocab.bpe: merge i must produce token 256 + i, i.e. ids are merge ranks (tiktoken checks
-  // the same); the table actually used is built from the tokens below.
-  size_t line_no = 0;
-  size_t merges = 0;
-  size_t pos = 0;
-  std::string a, b;
-  uint32_t bad_cp = 0;
-  while (pos < vocab_bpe.size()) {
-    size_t eol = vocab_bpe.find('\n', pos);
-    if (eol == std::string_view::npos) eol = vocab_bpe.size();
-    std::string_view line = vocab_bpe.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-    const std::string where = merges_name + ": line " + std::to_string(line_no) + ": ";
-    const size_t sp = line.find(' ');
-    if (sp == 0 || sp == std::string_view::npos || sp + 1 == line.size() || line.find(' ', sp + 1) != std::string_view::npos)
-      fail(where + "expected two tokens separated by one space, got " + printable(line));
-    if (!alphabet_to_bytes(line.substr(0, sp), a, bad_cp) || !alphabet_to_bytes(line.substr(sp + 1), b, bad_cp)) {
-      char cp[16];
-      std::snprintf(cp, sizeof cp, "U+%04X", bad_cp);
-      fail(where + "contains " + cp + ", which is not in GPT-2's byte-to-unicode alphabet");
-    }
-    for (const std::string* part : {&a, &b})
-      if (!id_of.contains(*part)) fail(where + "token " + printable(*part) + " is not in " + enc_name);
-    const auto merged = id_of.find(a + b);
-    if (merged == id_of.end()) fail(where + "merged token " + printable(a + b) + " is not in " + enc_name);
-    const size_t want = 256 + merges;
-    if (merged->second != want)
-      fail(where + "merge makes " + printable(a + b) + " with id " + std::to_string(merged->second) + ", expected id " +
-           std::to_string(want) + " (merges must be listed in id order)");
-    ++merges;
-  }
-  if (256 + merges + v->specials.size() != n)
-    fail(merges_name + ": " + std::to_string(merges) + " merges, but " + enc_name + " has " + std::to_string(n) +
-         " tokens (expected 256 bytes + merges + " + std::to_string(v->specials.size()) + " special)");
-
-  v->pieces.build(v->pool, v->offsets, special);
-  // Every way to cut a token into two tokens is a pair that merges into it: tiktoken merges on
-  // "the concatenation is a token", so this reproduces it exactly with one pair lookup.
-  struct Pair {
-    uint32_t a, b, merged;
-  };
-  std::vector<Pair> pairs;
-  for (uint32_t id = 0; id < n; ++id) {
-    if (special[id]) continue;
-    const auto* p = reinterpret_cast<const unsigned char*>(v->pool.data() + v->offsets[id]);
-    const size_t len = v->offsets[id + 1] - v->offsets[id];
-    for (size_t k = 1; k < len; ++k) {
-      const uint32_t left = v->pieces.find(p, k);
-      if (left == bpe::no_id) continue;
-      const uint32_t right = v->pieces.find(p + k, len - k);
-      if (right != bpe::no_id) pairs.push_back({left, right, id});
-    }
-  }
-  v->pairs.reserve(pairs.size());
-  for (const Pair& pr : pairs) v->pairs.insert(pr.a, pr.b, pr.merged);
-  v->byte_pairs.assign(256 * 256, bpe::no_id);
-  for (size_t x = 0; x < 256; ++x)
-    for (size_t y = 0; y < 256; ++y) v->byte_pairs[x * 256 + y] = v->pairs.find(v->byte_id[x], v->byte_id[y]);
-  static std::atomic<uint32_t> next_serial{1};
-  v->serial = next_serial.fetch_add(1);
-  return Tokenizer(std::move(v));
+  return from_tokens(vocab_tokens_parse(encoder_json, vocab_bpe, encoder_name, bpe_name));
 }
 
 void Tokenizer::encode_ordinary_append(std::string_view text, std::vector<uint32_t>& out) const {
@@ -321,7 +105,8 @@ std::vector<uint32_t> Tokenizer::encode_ordinary(std::string_view text) const {
 }
 
 void Tokenizer::encode_append(std::string_view text, bool allow_special, std::vector<uint32_t>& out) const {
-  if (!allow_special || vocab_->specials.empty()) {
+  const bpe::Vocab& v = *vocab_;
+  if (!allow_special || v.specials.size() == 0) {
     encode_ordinary_append(text, out);
     return;
   }
@@ -329,18 +114,19 @@ void Tokenizer::encode_append(std::string_view text, bool allow_special, std::ve
   size_t start = 0;
   for (;;) {
     size_t best = std::string_view::npos;
-    const std::pair<std::string, uint32_t>* which = nullptr;
-    for (const auto& sp : vocab_->specials) {
-      const size_t at = text.find(sp.first, start);
-      if (at < best || (at == best && which != nullptr && sp.first.size() > which->first.size())) {
+    uint32_t which = bpe::no_id;
+    for (size_t i = 0; i < v.specials.size(); ++i) {
+      const std::string_view sp = v.bytes_of(v.specials[i]);
+      const size_t at = text.find(sp, start);
+      if (at < best || (at == best && which != bpe::no_id && sp.size() > v.bytes_of(which).size())) {
         best = at;
-        which = &sp;
+        which = v.specials[i];
       }
     }
-    if (which == nullptr || best == std::string_view::npos) break;
+    if (which == bpe::no_id || best == std::string_view::npos) break;
     encode_ordinary_append(text.substr(start, best - start), out);
-    out.push_back(which->second);
-    start = best + which->first.size();
+    out.push_back(which);
+    start = best + v.bytes_of(which).size();
   }
   encode_ordinary_append(text.substr(start), out);
 }
@@ -376,6 +162,6 @@ std::string Tokenizer::decode(std::span<const uint32_t> ids) const {
   return out;
 }
 
-size_t Tokenizer::vocab_size() const { return vocab_->offsets.size() - 1; }
+size_t Tokenizer::vocab_size() const { return vocab_->size(); }
 
 }  // namespace pipeline::datasets

@@ -23,14 +23,16 @@ namespace pipeline::datasets {
 namespace bpe {
 struct Vocab;
 }
+struct VocabTokens;
 
 class Tokenizer {
  public:
   static constexpr uint32_t eot_id = 50256;  // <|endoftext|>
   static constexpr std::string_view eot_text = "<|endoftext|>";
 
-  /// The GPT-2 vocabulary shipped inside the library (datasets/vocab/), decompressed and built
-  /// on first use (thread-safe static); later calls return the same object.
+  /// The GPT-2 vocabulary shipped inside the library (datasets/vocab/), laid out at build time
+  /// and used in place (datasets/tokenizer_table.h): the first call takes microseconds and
+  /// allocates nothing per token. Later calls return the same object.
   static const Tokenizer& gpt2();
 
   /// Loads GPT-2 format files: encoder.json (token -> id, tokens in GPT-2's byte-to-unicode
@@ -39,6 +41,7 @@ class Tokenizer {
   static Tokenizer load(const std::filesystem::path& encoder_json, const std::filesystem::path& vocab_bpe);
 
   /// Same, from file contents already in memory; `encoder_name` and `bpe_name` label errors.
+  /// Either way the files are laid out as the same table as the embedded one.
   static Tokenizer from_memory(std::string_view encoder_json, std::string_view vocab_bpe,
                                std::string_view encoder_name, std::string_view bpe_name);
 
@@ -68,6 +71,8 @@ class Tokenizer {
 
  private:
   explicit Tokenizer(std::shared_ptr<const bpe::Vocab> vocab);
+  static Tokenizer from_table(bpe::Vocab vocab);  // gives it a serial (tokenizer_bpe.h)
+  static Tokenizer from_tokens(const VocabTokens& tokens);
   std::shared_ptr<const bpe::Vocab> vocab_;
 };
 

@@ -1,4 +1,4 @@
-// Byte-pair merging and the vocabulary's hash tables (see tokenizer_bpe.h).
+// Byte-pair merging and the per-thread piece cache (see tokenizer_bpe.h).
 #include "datasets/tokenizer_bpe.h"
 
 #include <bit>
@@ -9,47 +9,6 @@
 #include <tuple>
 
 namespace pipeline::datasets::bpe {
-
-void PieceTable::build(const std::string& pool, const std::vector<uint32_t>& offsets, const std::vector<bool>& skip) {
-  const size_t n = offsets.size() - 1;
-  // Load factor at most 1/4: probes stay short and misses (most multi-token words) end fast.
-  const size_t cap = std::bit_ceil(std::max<size_t>(n * 4, 16));
-  slots_.assign(cap, no_id);
-  mask_ = cap - 1;
-  pool_ = pool.data();
-  offsets_ = offsets.data();
-  for (uint32_t id = 0; id < n; ++id) {
-    if (skip[id]) continue;
-    const auto* p = reinterpret_cast<const unsigned char*>(pool.data() + offsets[id]);
-    size_t i = hash_bytes(p, offsets[id + 1] - offsets[id]) & mask_;
-    while (slots_[i] != no_id) i = (i + 1) & mask_;
-    slots_[i] = id;
-  }
-}
-
-void PairTable::reserve(size_t n) {
-  const size_t cap = std::bit_ceil(std::max<size_t>(n * 2, 16));
-  entries_.assign(cap, Entry{no_id, no_id, no_id});
-  mask_ = cap - 1;
-  shift_ = 64 - static_cast<unsigned>(std::countr_zero(cap));
-  size_ = 0;
-}
-
-void PairTable::insert(uint32_t a, uint32_t b, uint32_t merged) {
-  if ((size_ + 1) * 2 > entries_.size()) throw std::logic_error("PairTable: insert beyond reserved size");
-  if (merged == no_id) throw std::logic_error("PairTable: merged id must not be no_id");
-  size_t i = slot_of(a, b);
-  while (entries_[i].merged != no_id) {
-    if (entries_[i].a == a && entries_[i].b == b) {
-      // A pair's concatenation is one byte string, hence one token: this cannot disagree.
-      entries_[i].merged = std::min(entries_[i].merged, merged);
-      return;
-    }
-    i = (i + 1) & mask_;
-  }
-  entries_[i] = Entry{a, b, merged};
-  ++size_;
-}
 
 PieceCache& thread_piece_cache() {
   // Per thread, so readers never contend; freed when the thread exits.

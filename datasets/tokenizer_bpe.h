@@ -1,8 +1,9 @@
-// Internal to the tokenizer: the immutable lookup tables of a loaded vocabulary and the
-// byte-pair merge. Exposed in a header so tests can check the two merge paths against
+// Internal to the tokenizer: views of the immutable lookup tables of an opened vocabulary
+// (their layout is tokenizer_table.h's) and the byte-pair merge. Exposed in a header so tests can check the two merge paths against
 // each other; nothing outside datasets/tokenizer*.cpp and the tests should need it.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -33,13 +34,42 @@ inline uint64_t hash_bytes(const unsigned char* p, size_t n) {
   return h;
 }
 
-/// Open-addressing map from token bytes to id, over the vocabulary's byte pool. Read-only after
-/// build, so any number of threads may look up at once.
+/// A little-endian uint32 array inside a table's bytes (tokenizer_table.h). Loads go through
+/// memcpy, which compiles to one plain load and is defined for bytes of any origin and alignment.
+class U32Array {
+ public:
+  U32Array() = default;
+  U32Array(const unsigned char* data, size_t size) : data_(data), size_(size) {}
+  uint32_t operator[](size_t i) const {
+    uint32_t v;
+    std::memcpy(&v, data_ + 4 * i, 4);
+    if constexpr (std::endian::native == std::endian::big) v = __builtin_bswap32(v);
+    return v;
+  }
+  size_t size() const { return size_; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+/// Where a piece's probe starts in a PieceTable of `mask + 1` slots (a power of two).
+inline size_t piece_home(const unsigned char* p, size_t n, size_t mask) { return hash_bytes(p, n) & mask; }
+
+/// Where a pair's probe starts in a PairTable of 2^(64 - shift) slots.
+inline size_t pair_home(uint32_t a, uint32_t b, unsigned shift) {
+  return static_cast<size_t>((((uint64_t{a} << 32) | b) * 0x9E3779B97F4A7C15ull) >> shift);
+}
+
+/// Open-addressing map from token bytes to id: slot -> id or no_id, probed linearly from
+/// piece_home. A view over the table's bytes, so any number of threads may look up at once.
 class PieceTable {
  public:
-  void build(const std::string& pool, const std::vector<uint32_t>& offsets, const std::vector<bool>& skip);
+  PieceTable() = default;
+  PieceTable(U32Array slots, const char* pool, U32Array offsets)
+      : slots_(slots), mask_(slots.size() - 1), pool_(pool), offsets_(offsets) {}
   uint32_t find(const unsigned char* p, size_t n) const {
-    size_t i = hash_bytes(p, n) & mask_;
+    size_t i = piece_home(p, n, mask_);
     for (;;) {
       const uint32_t id = slots_[i];
       if (id == no_id) return no_id;
@@ -50,58 +80,56 @@ class PieceTable {
   }
 
  private:
-  std::vector<uint32_t> slots_;
+  U32Array slots_;
   size_t mask_ = 0;
   const char* pool_ = nullptr;
-  const uint32_t* offsets_ = nullptr;
+  U32Array offsets_;
 };
 
 /// Open-addressing map from an adjacent pair of ids to the id of their concatenation, which in
-/// GPT-2 (as in tiktoken) is also the merge's rank: lower id, earlier merge. Sized exactly (load
-/// factor at most 1/2) with 12-byte entries, so GPT-2's ~108K pairs take 3 MB: lookups during a
-/// merge are mostly cache misses, and a smaller table misses less.
+/// GPT-2 (as in tiktoken) is also the merge's rank: lower id, earlier merge. Entries are three
+/// words (left, right, merged; merged == no_id: empty), probed linearly from pair_home, at a
+/// load factor of at most 1/2, so GPT-2's ~108K pairs take 3 MB: lookups during a merge are
+/// mostly cache misses, and a smaller table misses less.
 class PairTable {
  public:
-  void reserve(size_t n);
-  void insert(uint32_t a, uint32_t b, uint32_t merged);
-  size_t size() const { return size_; }
+  PairTable() = default;
+  explicit PairTable(U32Array words)
+      : words_(words),
+        mask_(words.size() / 3 - 1),
+        shift_(64 - static_cast<unsigned>(std::countr_zero(words.size() / 3))) {}
   uint32_t find(uint32_t a, uint32_t b) const {
-    size_t i = slot_of(a, b);
+    size_t i = pair_home(a, b, shift_);
     for (;;) {
-      const Entry& e = entries_[i];
-      if (e.a == a && e.b == b) return e.merged;
-      if (e.merged == no_id) return no_id;
+      const uint32_t merged = words_[3 * i + 2];
+      if (words_[3 * i] == a && words_[3 * i + 1] == b) return merged;
+      if (merged == no_id) return no_id;
       i = (i + 1) & mask_;
     }
   }
 
  private:
-  struct Entry {
-    uint32_t a, b;
-    uint32_t merged;  // no_id: empty slot
-  };
-  size_t slot_of(uint32_t a, uint32_t b) const {
-    return static_cast<size_t>((((uint64_t{a} << 32) | b) * 0x9E3779B97F4A7C15ull) >> shift_);
-  }
-  std::vector<Entry> entries_;
+  U32Array words_;
   size_t mask_ = 0;
   unsigned shift_ = 63;
-  size_t size_ = 0;
 };
 
-/// Everything encode/decode need, immutable once built.
+/// Everything encode/decode need: views over one table's bytes (tokenizer_table.h), immutable.
 struct Vocab {
-  std::string pool;               // token bytes, back to back
-  std::vector<uint32_t> offsets;  // token id -> [offsets[id], offsets[id + 1]) in pool
-  uint32_t byte_id[256] = {};     // single byte -> its token id
-  PieceTable pieces;              // whole piece -> id (special tokens left out)
-  PairTable pairs;                // (left id, right id) -> merged id
-  std::vector<uint32_t> byte_pairs;  // 256 * first byte + second -> merged id or no_id: the first
-                                     // round of every merge, from a 256 KB table instead of `pairs`
-  uint32_t serial = 0;            // unique per loaded vocabulary; tags per-thread cache entries
-  std::vector<std::pair<std::string, uint32_t>> specials;  // e.g. "<|endoftext|>" -> 50256
+  const char* pool = nullptr;  // token bytes, back to back
+  U32Array offsets;            // token id -> [offsets[id], offsets[id + 1]) in pool
+  uint32_t byte_id[256] = {};  // single byte -> its token id
+  U32Array specials;           // ids of the special tokens, e.g. 50256 "<|endoftext|>"
+  PieceTable pieces;           // whole piece -> id (special tokens left out)
+  PairTable pairs;             // (left id, right id) -> merged id
+  U32Array byte_pairs;         // 256 * first byte + second -> merged id or no_id: the first
+                               // round of every merge, from a 256 KB table instead of `pairs`
+  uint32_t serial = 0;         // unique per opened vocabulary; tags per-thread cache entries
+  std::vector<unsigned char> storage;  // the table's bytes when built at run time (a moved vector
+                                       // keeps its buffer); empty for the embedded table
 
-  std::string_view bytes_of(uint32_t id) const { return {pool.data() + offsets[id], offsets[id + 1] - offsets[id]}; }
+  size_t size() const { return offsets.size() - 1; }
+  std::string_view bytes_of(uint32_t id) const { return {pool + offsets[id], offsets[id + 1] - offsets[id]}; }
 };
 
 /// Pieces up to this many bytes use the quadratic scan (fast for short words); longer ones use

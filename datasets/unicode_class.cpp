@@ -4,9 +4,6 @@
 
 #include <unicode/uchar.h>
 
-#include <array>
-#include <memory>
-
 namespace pipeline::datasets::unicode {
 
 namespace {
@@ -67,15 +64,6 @@ CharClass classify_slow(uint32_t cp) {
     default:
       return CharClass::other;
   }
-}
-
-const CharClass* bmp_table() {
-  static const auto table = [] {
-    auto t = std::make_unique<std::array<CharClass, 0x10000>>();
-    for (uint32_t cp = 0; cp < 0x10000; ++cp) (*t)[cp] = classify_slow(cp);
-    return t;
-  }();
-  return table->data();
 }
 
 }  // namespace pipeline::datasets::unicode

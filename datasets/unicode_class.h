@@ -1,8 +1,8 @@
 // UTF-8 stepping and the three Unicode classes GPT-2's pre-tokenizer distinguishes
 // (\p{L}, \p{N}, \s) plus "other". Classification comes from ICU (Debian 12: ICU 72, Unicode
 // 15.0) topped up with the characters of Unicode 15.1/16.0 that tiktoken's Rust regex already
-// knows (see unicode_class.cpp), cached in a table for the Basic Multilingual Plane so the hot
-// path is one array load per code point.
+// knows (see unicode_class.cpp), tabulated for the Basic Multilingual Plane at build time so the
+// hot path is one array load per code point.
 #pragma once
 
 #include <cstddef>
@@ -17,8 +17,10 @@ enum class CharClass : uint8_t { other = 0, letter = 1, number = 2, space = 3 };
 /// Class of a code point (any value up to U+10FFFF; surrogates are `other`).
 CharClass classify_slow(uint32_t cp);
 
-/// Table for U+0000..U+FFFF, built once on first use (thread-safe static).
-const CharClass* bmp_table();
+/// Classes of U+0000..U+FFFF: classify_slow's answers, tabulated at build time against the ICU
+/// the library links (datasets/gen/make_unicode_table.cpp), so start-up asks ICU nothing.
+extern const CharClass bmp_classes[0x10000];
+inline const CharClass* bmp_table() { return bmp_classes; }
 
 /// One UTF-8 character: its class and its length in bytes (1 for an invalid byte).
 struct CharInfo {

@@ -1,5 +1,5 @@
 // Tokenizer tests: tiktoken parity on the reference files, byte-exact round trips (valid and
-// invalid UTF-8), special tokens, errors, the embedded vocabulary, and concurrent use.
+// invalid UTF-8), special tokens, errors, the embedded vocabulary and its table, and concurrent use.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -17,7 +17,10 @@
 #include "datasets/sha256.h"
 #include "datasets/tokenizer.h"
 #include "datasets/tokenizer_bpe.h"
+#include "datasets/tokenizer_files.h"
 #include "datasets/tokenizer_pretokenize.h"
+#include "datasets/tokenizer_table.h"
+#include "datasets/unicode_class.h"
 
 namespace fs = std::filesystem;
 using pipeline::datasets::Tokenizer;
@@ -85,6 +88,94 @@ TEST_CASE("embedded vocabulary is byte-identical to the GPT-2 release files") {
         "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5");
 }
 
+TEST_CASE("the embedded table is the one laid out from the release files") {
+  namespace ds = pipeline::datasets;
+  const auto tokens = ds::vocab_tokens_load(data_dir / "gpt2_encoder.json", data_dir / "gpt2_vocab.bpe");
+  CHECK(tokens.size() == 50257);
+  REQUIRE(tokens.special_ids == std::vector<uint32_t>{Tokenizer::eot_id});
+  const std::vector<unsigned char> built = ds::vocab_table_build(tokens);
+  REQUIRE(built.size() == ds::embedded::gpt2_vocab_table_size);
+  CHECK(std::equal(built.begin(), built.end(), ds::embedded::gpt2_vocab_table));
+}
+
+TEST_CASE("the embedded table and the files give the same ids on varied text") {
+  const auto& embedded = Tokenizer::gpt2();
+  const Tokenizer from_files = Tokenizer::load(data_dir / "gpt2_encoder.json", data_dir / "gpt2_vocab.bpe");
+  REQUIRE(&from_files.internal_vocab() != &embedded.internal_vocab());
+  std::string text =
+      "Hello world, it's 2024! They're here; we'll see, I'd say you've won. DON'T SHOUT, Y'ALL'M.\n"
+      "Numbers: 3.14159 1,234,567 0x1F 12345678901234567890 -42 1e-9 \u00bd \u2163\n"
+      "Whitespace:   three\t\ttabs \r\n\r\n\n\n    indented\u00a0\u00a0nbsp \u3000ideographic      \n"
+      "Unicode: caf\u00e9 na\u00efve \u00c5ngstr\u00f6m \u4f60\u597d\u4e16\u754c \u3053\u3093\u306b\u3061\u306f "
+      "\u0645\u0631\u062d\u0628\u0627 \u041f\u0440\u0438\u0432\u0435\u0442 e\u0301 \U0001F600\U0001F680 "
+      "\U00013495'm \u05e9\u05dc\u05d5\u05dd\n"
+      "Code: for (int i = 0; i < n; ++i) { x[i] += y[i] * 2; } // <|endoftext|> inside\n"
+      "<|endoftext|>after a special<|endoftext|><|endoftext|>";
+  text += std::string(200, 'a') + " " + std::string(150, ' ') + "x " + std::string(100, '7');  // the heap merge
+  text += "\xFF\xFE\xC3 \xE2\x82 \xED\xA0\x80 trailing   ";  // invalid UTF-8
+  text += read_bytes(data_dir / "edge_cases.txt");
+  size_t n_specials = 0;
+  for (size_t at = text.find(Tokenizer::eot_text); at != std::string::npos; at = text.find(Tokenizer::eot_text, at + 1))
+    ++n_specials;
+  REQUIRE(n_specials >= 4);
+  for (bool allow_special : {false, true}) {
+    CAPTURE(allow_special);
+    const auto want = from_files.encode(text, allow_special);
+    const auto got = embedded.encode(text, allow_special);
+    check_same_ids(got, want);
+    CHECK(embedded.decode(got) == text);
+    CHECK(static_cast<size_t>(std::count(got.begin(), got.end(), Tokenizer::eot_id)) == (allow_special ? n_specials : 0));
+  }
+  // Both also agree with tiktoken on the reference text.
+  check_same_ids(from_files.encode_ordinary(read_bytes(data_dir / "edge_cases.txt")),
+                 read_u16(data_dir / "edge_cases.gpt2.u16"));
+  for (uint32_t id = 0; id < embedded.vocab_size(); ++id)
+    REQUIRE_MESSAGE(embedded.token_bytes(id) == from_files.token_bytes(id), "token " << id);
+}
+
+TEST_CASE("a damaged vocabulary table is refused with what is wrong") {
+  namespace ds = pipeline::datasets;
+  const std::vector<unsigned char> good(ds::embedded::gpt2_vocab_table,
+                                        ds::embedded::gpt2_vocab_table + ds::embedded::gpt2_vocab_table_size);
+  const ds::bpe::Vocab v = ds::vocab_table_open(good, "good");
+  CHECK(v.size() == 50257);
+  CHECK(v.pieces.find(reinterpret_cast<const unsigned char*>("Hello"), 5) == 15496);
+  CHECK(v.bytes_of(Tokenizer::eot_id) == Tokenizer::eot_text);
+
+  auto message_of = [](std::vector<unsigned char> table) -> std::string {
+    try {
+      (void)ds::vocab_table_open(table, "t.bin");
+    } catch (const std::runtime_error& e) {
+      return e.what();
+    }
+    return "no exception";
+  };
+  auto with_word = [&](size_t word, uint32_t value) {
+    std::vector<unsigned char> t = good;
+    for (int i = 0; i < 4; ++i) t[4 * word + i] = static_cast<unsigned char>(value >> (8 * i));
+    return t;
+  };
+  auto contains = [](const std::string& msg, const std::string& part) {
+    INFO(msg);
+    CHECK(msg.rfind("t.bin: ", 0) == 0);
+    CHECK(msg.find(part) != std::string::npos);
+  };
+  contains(message_of({good.begin(), good.begin() + 10}), "10 bytes, shorter than the 64-byte header");
+  std::vector<unsigned char> not_a_table = good;
+  not_a_table[0] = 'X';
+  contains(message_of(not_a_table), "magic \"BPEVOCAB\"");
+  contains(message_of(with_word(2, 7)), "format version 7, this build reads version 1");
+  contains(message_of({good.begin(), good.end() - 1000}), "truncated or damaged");
+  std::vector<unsigned char> longer = good;
+  longer.push_back(0);
+  contains(message_of(longer), "truncated or damaged");
+  contains(message_of(with_word(6, 1000)), "inconsistent header");          // piece slots: not a power of two
+  contains(message_of(with_word(7, 1u << 16)), "inconsistent header");     // pair slots: too few for the pairs
+  contains(message_of(with_word(4, 12345)), "truncated or damaged");       // token bytes: size disagrees
+  // The first word after the header is token 0's offset.
+  contains(message_of(with_word(16, 3)), "token offsets do not span the token bytes");
+}
+
 TEST_CASE("gpt2() basics") {
   const auto& tok = Tokenizer::gpt2();
   CHECK(&tok == &Tokenizer::gpt2());
@@ -121,6 +212,22 @@ TEST_CASE("pre-tokenizer follows GPT-2's pattern") {
   CHECK(pieces("\xF0\x9E\x97\xB1" "1") == V{"\xF0\x9E\x97\xB1" "1"});
   // Still-unassigned code points are "other".
   CHECK(pieces("\xF3\xA0\x80\x80" "!") == V{"\xF3\xA0\x80\x80" "!"});
+}
+
+TEST_CASE("the build-time BMP class table is what ICU answers now") {
+  namespace uc = pipeline::datasets::unicode;
+  const uc::CharClass* table = uc::bmp_table();
+  size_t mismatches = 0, letters = 0;
+  for (uint32_t cp = 0; cp < 0x10000; ++cp) {
+    if (table[cp] != uc::classify_slow(cp) && ++mismatches <= 5) FAIL_CHECK("U+" << std::hex << cp);
+    letters += table[cp] == uc::CharClass::letter;
+  }
+  CHECK(mismatches == 0);
+  CHECK(letters > 40000);  // most of the BMP is CJK and Hangul
+  CHECK(table[' '] == uc::CharClass::space);
+  CHECK(table['7'] == uc::CharClass::number);
+  CHECK(table[0x4F60] == uc::CharClass::letter);  // 你
+  CHECK(table[0xA7CB] == uc::CharClass::letter);  // Unicode 16, from the top-up list
 }
 
 TEST_CASE("short hard strings match tiktoken") {

@@ -123,7 +123,7 @@ int main(int argc, char** argv) try {
   const auto t_load = Clock::now();
   const Tokenizer& tok = Tokenizer::gpt2();
   const double load_ms = std::chrono::duration<double, std::milli>(Clock::now() - t_load).count();
-  std::printf("GPT-2 vocabulary loaded in %.1f ms (decompress + parse + tables); hardware threads: %u\n\n", load_ms, hw);
+  std::printf("GPT-2 vocabulary opened in %.2f ms; hardware threads: %u\n\n", load_ms, hw);
   std::printf("%-22s %10s %8s %10s %10s %9s %10s\n", "file", "bytes", "threads", "tokens", "MB/s", "speedup",
               "MB/cpu-s");
 
