@@ -88,16 +88,21 @@ TEST_CASE("fused AdamW on CUDA follows the CPU steps") {
     CHECK(ng.is_cuda());
     CHECK(rel_err(ng, nc) < 1e-4);
     CHECK(std::abs(lg.item<double>() - lc.item<double>()) < 1e-4);
+    // The optimizers step on the same gradients, the CPU's: the two backward passes differ by
+    // rounding (TF32 matmuls on the GPU), and Adam's first steps magnify that wherever a gradient
+    // is near zero (|g| ~ eps, where g / (|g| + eps) is steep), which is not what is tested here.
+    auto pc = cpu->named_parameters();
+    {
+      torch::NoGradGuard no_grad;
+      for (const auto& item : gpu->named_parameters()) item.value().grad().copy_(pc[item.key()].grad());
+    }
     cpu_opt.set_lr(1e-3 / (i + 1));
     gpu_opt.set_lr(1e-3 / (i + 1));
     cpu_opt.step();
     gpu_opt.step();
-    if (i == 0) {
-      auto pc = cpu->named_parameters();
-      for (const auto& item : gpu->named_parameters()) {
-        CAPTURE(item.key());
-        CHECK(rel_err(item.value(), pc[item.key()]) < 1e-4);
-      }
+    for (const auto& item : gpu->named_parameters()) {
+      CAPTURE(item.key());
+      CHECK(rel_err(item.value(), pc[item.key()]) < 1e-5);
     }
   }
 }

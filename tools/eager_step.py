@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The CPU step of `pipeline run gpt2_synthetic.toml` as an eager PyTorch script, to compare with.
+"""The step of `pipeline run gpt2_synthetic.toml` as a PyTorch script, to compare with.
 
 The same model and step as the pipeline trains (GPT-2 with tied head and a vocabulary padded to
 50,304, fp32, AdamW with decay on matrices only, betas 0.9/0.95, weight decay 0.1, the gradient
@@ -10,8 +10,12 @@ them (their wall time over their number), and the median step.
     $HOME/.cache/pipeline/torch-2.11.0/bin/python tools/eager_step.py \\
         --preset small-cpu --batch 8 --seq 128 --threads 2 --steps 30 --warmup 5
 
-tools/compare_cpu_step.sh runs it alternately with the pipeline (docs/figures.md).
+tools/compare_cpu_step.sh runs it alternately with the pipeline (docs/figures.md). On a GPU,
+as nanoGPT trains (TF32 matmuls, bf16 autocast, fused AdamW, optionally torch.compile):
+
+    python tools/eager_step.py --device cuda --preset gpt2 --batch 16 --seq 1024 --dtype bf16 [--compile]
 """
+import contextlib
 import argparse
 import math
 import statistics
@@ -65,7 +69,7 @@ class GPT(nn.Module):
                 nn.init.normal_(p, 0.0, 0.02 / math.sqrt(2 * n_layer) if name.endswith("proj.weight") else 0.02)
 
     def forward(self, idx):
-        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
         for block in self.h:
             x = block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # (B, T, 50304), tied head
@@ -79,33 +83,48 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=30, help="timed steps")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast of the forward")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(7)
-    model = GPT(*PRESETS[a.preset])
+    cuda = a.device == "cuda"
+    if cuda:
+        torch.set_float32_matmul_precision("high")
+    model = GPT(*PRESETS[a.preset]).to(a.device)
+    step_model = torch.compile(model) if a.compile else model
+    autocast = (torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16) if a.dtype == "bf16"
+                else contextlib.nullcontext())
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
                             lr=6e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
-    windows = [torch.randint(0, VOCAB, (a.batch * a.seq + 1,)) for _ in range(8)]  # as `synthetic` cycles 8
+    windows = [torch.randint(0, VOCAB, (a.batch * a.seq + 1,), device=a.device) for _ in range(8)]  # as `synthetic` cycles 8
     times = []
     start = 0.0
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
+            sync()
             start = time.perf_counter()
         w = windows[step % len(windows)]
         x, y = w[:-1].view(a.batch, a.seq), w[1:].view(a.batch, a.seq)
         t0 = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, PADDED_VOCAB), y.reshape(-1))
+        with autocast:
+            logits = step_model(x)
+            loss = F.cross_entropy(logits.view(-1, PADDED_VOCAB).float(), y.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if step >= a.warmup:
-            times.append(1000 * (time.perf_counter() - t0))
+            times.append(1000 * (time.perf_counter() - t0))  # on CUDA: the host's issue time
+    sync()
     per_step = 1000 * (time.perf_counter() - start) / a.steps
-    print(f"eager {a.preset} {a.batch}x{a.seq} fp32, {a.threads} threads: {per_step:.1f} ms/step over {a.steps} steps "
+    how = ("compiled" if a.compile else "eager") + f" {a.preset} {a.batch}x{a.seq} {a.dtype} on {a.device}"
+    tokens = a.batch * a.seq / (per_step / 1000)
+    print(f"{how}, {a.threads} threads: {per_step:.1f} ms/step, {tokens:,.0f} tokens/s over {a.steps} steps "
           f"(median step {statistics.median(times):.1f} ms, loss {loss.item():.3f})")
 
 
