@@ -665,4 +665,16 @@ std::filesystem::path find_config(const std::string& name, const std::filesystem
   throw ConfigError(name + ": config file not found; looked for:" + list);
 }
 
+std::filesystem::path resolve_data_path(const std::filesystem::path& path, const std::filesystem::path& config_file,
+                                        const std::filesystem::path& source_dir) {
+  namespace fs = std::filesystem;
+  if (!path.is_relative()) return path;
+  // Relative to the config file first, then to the source tree, so the bundled configs work
+  // from any working directory.
+  fs::path cfg_dir = config_file.parent_path();
+  for (const fs::path& base : {fs::current_path(), cfg_dir, cfg_dir / "..", source_dir})
+    if (fs::exists(base / path)) return fs::weakly_canonical(base / path);
+  return path;
+}
+
 }  // namespace pipeline::config

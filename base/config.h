@@ -163,4 +163,10 @@ std::string to_toml(const std::vector<Section>& sections);
 /// search roots (current directory, then the source tree's `pipelines/`).
 std::filesystem::path find_config(const std::string& name, const std::filesystem::path& source_dir);
 
+/// A data path as written in a config (a dataset, a model to start from): absolute, or relative
+/// to the working directory, the config file's directory (and its parent), or the source tree,
+/// whichever holds it first; as written when none does (the caller's check names it).
+std::filesystem::path resolve_data_path(const std::filesystem::path& path, const std::filesystem::path& config_file,
+                                        const std::filesystem::path& source_dir);
+
 }  // namespace pipeline::config

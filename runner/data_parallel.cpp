@@ -73,6 +73,10 @@ DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_si
   }
 }
 
+std::unique_ptr<StepSync> DataParallel::join_steps(const RunConfig& cfg, const std::vector<torch::Tensor>& params) {
+  return std::make_unique<TrainSync>(*this, cfg, params);
+}
+
 TrainSync::TrainSync(DataParallel& dp, const RunConfig& cfg, const std::vector<torch::Tensor>& params)
     : dp_(dp), lagged_(cfg.data.loop) {
   {

@@ -26,21 +26,20 @@
 
 #include "model/dist_group.h"
 #include "model/dist_reducer.h"
-#include "runner/run_config.h"
+#include "stages/ranks.h"
+#include "stages/settings.h"
 
 namespace pipeline::stages {
 
 struct DataCursor;
 struct StepResult;
 
-class DataParallel {
+class DataParallel : public Ranks {
  public:
   DataParallel(std::shared_ptr<dist::Group> group, dist::BackendKind backend);
 
-  int rank() const { return group_->rank(); }
-  int size() const { return group_->size(); }
-  /// Rank 0 writes the run directory's files; the others only train.
-  bool writer() const { return rank() == 0; }
+  int rank() const override { return group_->rank(); }
+  int size() const override { return group_->size(); }
   dist::BackendKind backend() const { return backend_; }
   dist::Group& group() { return *group_; }
   /// "rank 0 of 2 (gloo, cpu)"
@@ -60,7 +59,9 @@ class DataParallel {
   void publish_cursor(int64_t step, const DataCursor& cursor);
   /// Rank 0: a checkpoint's metadata (written by train, with rank 0's "cursor") completed with
   /// "world_size" and "cursors" (every rank's, in rank order), waiting for the others' cursors.
-  std::string complete_checkpoint_metadata(int64_t step, const std::string& metadata);
+  std::string complete_checkpoint_metadata(int64_t step, const std::string& metadata) override;
+  /// A TrainSync on this group.
+  std::unique_ptr<StepSync> join_steps(const RunConfig& cfg, const std::vector<torch::Tensor>& params) override;
 
  private:
   std::shared_ptr<dist::Group> group_;
@@ -74,34 +75,19 @@ class DataParallel {
 /// checkpoint was written by a different number of ranks.
 DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_size, const std::string& checkpoint);
 
-/// The train stage's side: owned by Train, called at fixed points of a step.
-class TrainSync {
+/// The train stage's side over c10d (see StepSync in stages/ranks.h).
+class TrainSync : public StepSync {
  public:
-  /// Broadcasts rank 0's weights (every rank starts from the same ones) and hooks the gradient
-  /// reducer on `params`. Call on the training thread, after the model and optimizer are built.
+  /// Broadcasts rank 0's weights and hooks the gradient reducer on `params`.
   TrainSync(DataParallel& dp, const RunConfig& cfg, const std::vector<torch::Tensor>& params);
-  /// "gradients: 7 buckets all-reduced during backward, 3.2 MB in all (largest 1.0 MB)"
-  std::string describe_buckets() const;
-
-  bool writer() const { return dp_.writer(); }
-  /// Before a micro-batch's forward. On a step's last micro-batch: agrees with the other ranks
-  /// whether to go on; false means every rank stops now, before this step. `checkpoint_requests`
-  /// counts the checkpoints asked for on this rank so far (SIGUSR1); the ranks agree on those too.
-  bool before_forward(bool last_micro_batch, int64_t checkpoint_requests);
-  /// Whether the ranks agreed (in before_forward) to checkpoint this step; true once per agreement.
-  bool take_checkpoint_request();
-  /// Before backward: the last micro-batch's backward averages the gradients over the ranks.
-  void before_backward(const torch::Tensor& loss, bool last_micro_batch);
-  /// After clipping: replaces loss and norm with their averages over the ranks (asynchronous; the
-  /// wait is left to whoever reads r.loss, through wait_ready).
-  void average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r);
-  /// At a checkpointed step: true on rank 0 (take the snapshot); the others publish their cursor.
-  bool checkpoint_here(int64_t step, const DataCursor& cursor);
-  /// Train's input ended before its last step without an agreed stop: this rank ran out of data.
-  /// Tells the others, so that everyone stops after the same step.
-  void end_of_input();
-  /// The run is over (last step, or an agreed stop): completes the collectives still in flight.
-  void finish();
+  std::string describe_buckets() const override;
+  bool before_forward(bool last_micro_batch, int64_t checkpoint_requests) override;
+  bool take_checkpoint_request() override;
+  void before_backward(const torch::Tensor& loss, bool last_micro_batch) override;
+  void average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r) override;
+  bool checkpoint_here(int64_t step, const DataCursor& cursor) override;
+  void end_of_input() override;
+  void finish() override;
 
  private:
   /// Exchanges [stop requested, out of data, checkpoint asked] with the other ranks; the reason

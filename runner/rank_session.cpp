@@ -27,8 +27,8 @@ struct RankSession::WatchTarget {
   RankSession* session = nullptr;
 };
 
-RankSession::RankSession(RunContext& ctx, graph::Engine& engine)
-    : ctx_(ctx), dp_(*ctx.dp), engine_(engine), stats_(ctx.dp->group()), target_(std::make_shared<WatchTarget>()) {
+RankSession::RankSession(RunContext& ctx, DataParallel& dp, graph::Engine& engine)
+    : ctx_(ctx), dp_(dp), engine_(engine), stats_(dp.group()), target_(std::make_shared<WatchTarget>()) {
   if (!dp_.writer())
     engine_.add_observer([this](const graph::Snapshot& s) {
       if (s.finished) return;  // the final one goes out in finished()

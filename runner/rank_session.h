@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "graph/engine.h"
+#include "runner/data_parallel.h"
 #include "runner/rank_store.h"
 #include "stages/types.h"
 
@@ -25,7 +26,7 @@ namespace pipeline::stages {
 class RankSession {
  public:
   /// Starts the failure watch; call before engine.run().
-  RankSession(RunContext& ctx, graph::Engine& engine);
+  RankSession(RunContext& ctx, DataParallel& dp, graph::Engine& engine);
   /// Detaches the failure watch.
   ~RankSession();
   RankSession(const RankSession&) = delete;

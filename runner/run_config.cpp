@@ -132,16 +132,6 @@ const config::Schema& schema_of(const std::string& name) {
 
 }  // namespace
 
-fs::path resolve_data_path(const fs::path& path, const fs::path& config_file, const fs::path& source_dir) {
-  if (!path.is_relative()) return path;
-  // Relative to the config file first, then to the source tree, so the bundled configs work
-  // from any working directory.
-  fs::path cfg_dir = config_file.parent_path();
-  for (const fs::path& base : {fs::current_path(), cfg_dir, cfg_dir / "..", source_dir})
-    if (fs::exists(base / path)) return fs::weakly_canonical(base / path);
-  return path;
-}
-
 RunConfig resolve_run_config(const config::Document& doc, const fs::path& source_dir) {
   RunConfig rc;
   rc.file = doc.file();
@@ -166,7 +156,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   rc.model = {m.get_string("preset"), m.get_int("n_layer"), m.get_int("n_head"), m.get_int("n_embd"),
               m.get_int("block_size"), m.get_int("vocab_size"), m.get_float("dropout"), m.get_bool("bias"), {}};
   if (const auto& init = m.get_string("init_from"); !init.empty()) {
-    rc.model.init_from = resolve_data_path(init, doc.file(), source_dir);
+    rc.model.init_from = config::resolve_data_path(init, doc.file(), source_dir);
     if (!fs::exists(rc.model.init_from / "config.json"))
       throw m.error("init_from", "no Hugging Face model at '" + rc.model.init_from.string() +
                                      "' (expected a directory with config.json and model.safetensors, as "
@@ -174,7 +164,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   }
 
   auto d = sec("data");
-  fs::path ds = resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
+  fs::path ds = config::resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
   if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "

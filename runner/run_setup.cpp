@@ -94,7 +94,8 @@ void join_ranks(RunPlan& plan, const dist::LaunchEnv& env) {
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_timeout_s * 1000));
   o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(run.dist_heartbeat_s * 1000));
   o.config_fingerprint = config_fingerprint(plan);
-  ctx.dp = std::make_shared<DataParallel>(dist::Group::join(env, o), o.backend);
+  plan.dp = std::make_shared<DataParallel>(dist::Group::join(env, o), o.backend);
+  ctx.ranks = plan.dp;
   ctx.partition = {static_cast<uint32_t>(env.rank), static_cast<uint32_t>(env.world_size)};
 }
 
@@ -112,9 +113,9 @@ std::string timestamp() {
 // newest, and an error when there is none. auto: the newest that reads back whole (one that does
 // not is named on stderr and passed over), or none when `dir` holds no checkpoint yet; checkpoints
 // none of which reads back are an error, never a fresh start over them.
-fs::path agreed_checkpoint(RunContext& ctx, const fs::path& dir, bool automatic) {
-  if (ctx.dp && ctx.dp->rank() != 0) {
-    auto chosen = ctx.dp->group().get("resume_from");
+fs::path agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool automatic) {
+  if (dp && dp->rank() != 0) {
+    auto chosen = dp->group().get("resume_from");
     return chosen == "-" ? fs::path() : fs::path(chosen);
   }
   fs::path chosen;
@@ -138,7 +139,7 @@ fs::path agreed_checkpoint(RunContext& ctx, const fs::path& dir, bool automatic)
       throw std::runtime_error(dir.string() + ": none of its " + std::to_string(all.size()) +
                                " checkpoints reads back whole (see above); not starting over them");
   }
-  if (ctx.dp) ctx.dp->group().set("resume_from", chosen.empty() ? "-" : chosen.string());
+  if (dp) dp->group().set("resume_from", chosen.empty() ? "-" : chosen.string());
   return chosen;
 }
 
@@ -147,8 +148,9 @@ fs::path agreed_checkpoint(RunContext& ctx, const fs::path& dir, bool automatic)
 // directory and is the only one to write into it.
 void locate_run(RunPlan& plan, const RunRequest& req) {
   auto& ctx = plan.ctx;
-  const int rank = ctx->dp ? ctx->dp->rank() : 0;
-  const int world = ctx->dp ? ctx->dp->size() : 1;
+  DataParallel* dp = plan.dp.get();
+  const int rank = dp ? dp->rank() : 0;
+  const int world = dp ? dp->size() : 1;
   const bool automatic = req.resume.empty() && req.create_run_dir && (req.resume_auto || ctx->cfg.run.resume == "auto");
   if (automatic && ctx->cfg.run.dir.empty())
     throw config::ConfigError(ctx->cfg.file.string() +
@@ -157,7 +159,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
 
   fs::path ckpt;
   if (!req.resume.empty() || automatic)
-    ckpt = agreed_checkpoint(*ctx, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
+    ckpt = agreed_checkpoint(dp, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
   const bool resuming = !ckpt.empty();
   if (resuming) {
     auto state = model::read_checkpoint(ckpt.string());
@@ -167,7 +169,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
     ctx->run_dir = automatic ? fs::path(ctx->cfg.run.dir) : req.resume;
   } else if (req.create_run_dir && rank != 0) {
-    ctx->run_dir = ctx->dp->group().get("run_dir");  // named by rank 0 (its clock, its checks)
+    ctx->run_dir = dp->group().get("run_dir");  // named by rank 0 (its clock, its checks)
   } else if (req.create_run_dir) {
     ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
                                             : fs::path(ctx->cfg.run.dir);
@@ -185,7 +187,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
                                                           plan.config_path.string() + ").\n\n" +
                                                           config::to_toml(plan.sections()));
     }
-    if (ctx->dp && !resuming) ctx->dp->group().set("run_dir", ctx->run_dir.string());
+    if (dp && !resuming) dp->group().set("run_dir", ctx->run_dir.string());
   }
   // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
   ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);
@@ -221,7 +223,7 @@ RunPlan plan_run(const RunRequest& req) {
   try {
     locate_run(plan, req);
   } catch (const std::exception& e) {
-    if (ctx->dp) ctx->dp->group().record_exit(e.what());  // the others stop waiting for this rank
+    if (plan.dp) plan.dp->group().record_exit(e.what());  // the others stop waiting for this rank
     throw;
   }
   return plan;

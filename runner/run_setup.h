@@ -10,6 +10,7 @@
 
 #include "base/config.h"
 #include "graph/engine.h"
+#include "runner/data_parallel.h"
 #include "runner/run_resolve.h"
 #include "stages/types.h"
 
@@ -20,6 +21,8 @@ struct RunPlan {
   config::Document doc;
   graph::GraphSpec spec;
   std::shared_ptr<RunContext> ctx;
+  /// Under torchrun: this rank's data-parallel group (also ctx->ranks, as the stages see it).
+  std::shared_ptr<DataParallel> dp;
   /// Every resolved section (run sections, then stages), for the settings table.
   std::vector<config::Section> sections() const;
 };

@@ -13,7 +13,7 @@
 #include "base/nvtx.h"
 
 #include "graph/stage.h"
-#include "runner/data_parallel.h"
+#include "stages/ranks.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -43,9 +43,9 @@ class Checkpoint : public graph::Stage {
     auto path = dir / name;
     try {
       fs::create_directories(dir);
-      if (rc_.dp) {  // data parallel: the checkpoint also holds every other rank's data cursor
+      if (rc_.ranks) {  // data parallel: the checkpoint also holds every other rank's data cursor
         auto state = *r.checkpoint;
-        state.metadata = rc_.dp->complete_checkpoint_metadata(state.step, state.metadata);
+        state.metadata = rc_.ranks->complete_checkpoint_metadata(state.step, state.metadata);
         model::write_checkpoint(path.string(), state);
       } else {
         model::write_checkpoint(path.string(), *r.checkpoint);

@@ -37,7 +37,7 @@ class Eval : public graph::Stage {
       : rc_(require_run_context(ctx.name)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
     if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
     const std::string& own = ctx.options.get_string("dataset");
-    load_validation(own.empty() ? rc_.cfg.data.dataset : resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
+    load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
                     !own.empty(), ctx.name);
     // Built here, while the graph is built, not in initialize(): module constructors draw from
     // the global CPU generator, and train draws its dropout masks from it once it runs.

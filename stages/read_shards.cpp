@@ -33,7 +33,7 @@ datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& 
       throw std::invalid_argument("[stages." + stage + "] mix: \"" + entry +
                                   "\": expected PATH=WEIGHT with a weight > 0, got weight '" + w + "'");
   }
-  src.dir = resolve_data_path(path, rc.cfg.file, rc.cfg.source_dir);
+  src.dir = config::resolve_data_path(path, rc.cfg.file, rc.cfg.source_dir);
   return src;
 }
 

@@ -14,7 +14,7 @@
 #include <optional>
 
 #include "graph/stage.h"
-#include "runner/data_parallel.h"
+#include "stages/ranks.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -27,7 +27,7 @@ class RecordBatches : public graph::Stage {
     if (path.empty()) {
       if (rc_.run_dir.empty())
         throw std::invalid_argument("[stages." + ctx.name + "] path: no run directory to write into; set a path");
-      path = rc_.run_dir / (rc_.dp ? "batches.rank" + std::to_string(rc_.dp->rank()) + ".u16" : "batches.u16");
+      path = rc_.run_dir / (rc_.ranks ? "batches.rank" + std::to_string(rc_.ranks->rank()) + ".u16" : "batches.u16");
     }
     const auto& t = rc_.cfg.training;
     const int64_t batch_bytes = t.batch_size * t.seq_len * static_cast<int64_t>(sizeof(uint16_t));

@@ -19,7 +19,7 @@
 #include "model/reuse_pool.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
-#include "runner/data_parallel.h"
+#include "stages/ranks.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
 
@@ -81,7 +81,7 @@ class Train : public graph::Stage {
     if (t.cuda_graph && !rc_.device.is_cuda())
       throw std::invalid_argument("[training] cuda_graph = true needs CUDA, but the run is on " + rc_.device.str() +
                                   " (set it to false, or [run] device = \"cuda\" on a machine with a GPU)");
-    if (t.cuda_graph && rc_.dp)
+    if (t.cuda_graph && rc_.ranks)
       throw std::invalid_argument("[training] cuda_graph = true is not supported with several ranks yet (the captured "
                                   "step has no gradient all-reduce): set it to false under torchrun");
     if (t.cuda_graph && !rc_.cfg.optimizer.fused)
@@ -119,8 +119,8 @@ class Train : public graph::Stage {
     }
     for (auto& p : model_->parameters()) params_.push_back(p);
     // Data parallel: every rank starts from rank 0's weights; gradients are averaged in backward.
-    if (rc_.dp) {
-      sync_ = std::make_unique<TrainSync>(*rc_.dp, cfg, params_);
+    if (rc_.ranks) {
+      sync_ = rc_.ranks->join_steps(cfg, params_);
       rc_.log->print(sync_->describe_buckets());
     }
     sched_ = model::LrSchedule{cfg.optimizer.lr, cfg.optimizer.min_lr, cfg.optimizer.warmup_steps, cfg.training.steps};
@@ -351,7 +351,7 @@ class Train : public graph::Stage {
   torch::Tensor loss_sum_;
   std::shared_ptr<StepTiming> timing_;  // the step being issued
   DataCursor cursor_, step_cursor_;
-  std::unique_ptr<TrainSync> sync_;  // data parallel only
+  std::unique_ptr<StepSync> sync_;  // data parallel only
   model::HostCallbacks callbacks_;   // pinned buffers given back after train's own copies (no h2d)
   // Per-step objects, reused rather than made and destroyed every step (model/reuse_pool.h).
   model::ReusePool<model::DeviceEvent> timing_events_{

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "runner/data_parallel.h"
+#include "stages/ranks.h"
 
 namespace pipeline::stages {
 
@@ -212,7 +212,7 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
   return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
 }
 
-bool RunContext::writer() const { return !dp || dp->writer(); }
+bool RunContext::writer() const { return !ranks || ranks->writer(); }
 
 datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
   datasets::DatasetReaderOptions o;

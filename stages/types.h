@@ -31,7 +31,7 @@
 #include "model/device_event.h"
 #include "model/dist_group.h"
 #include "model/gpt2.h"
-#include "runner/run_config.h"
+#include "stages/settings.h"
 
 namespace pipeline::stages {
 
@@ -195,7 +195,7 @@ class RunLog {
   bool stream_ok_[3] = {true, true, true};
 };
 
-class DataParallel;
+class Ranks;  // stages/ranks.h
 
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
@@ -217,7 +217,7 @@ struct RunContext {
   // Data parallel (launched by torchrun): this rank's share of the data and the group. Without
   // torchrun, the whole data and null.
   datasets::Partition partition;
-  std::shared_ptr<DataParallel> dp;
+  std::shared_ptr<Ranks> ranks;
   /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
   bool writer() const;
 };

@@ -58,19 +58,19 @@ void remove_unused_run_dir(const std::filesystem::path& dir) {
 void print_settings(const stages::RunPlan& plan) {
   const auto& ctx = *plan.ctx;
   print_run_header(std::cout, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections());
-  if (ctx.dp)
-    std::cout << "data parallel: " << ctx.dp->size() << " ranks, " << dist::backend_name(ctx.dp->backend())
-              << "; rank r reads documents d with d % " << ctx.dp->size() << " == r\n";
+  if (plan.dp)
+    std::cout << "data parallel: " << plan.dp->size() << " ranks, " << dist::backend_name(plan.dp->backend())
+              << "; rank r reads documents d with d % " << plan.dp->size() << " == r\n";
   if (ctx.start_step > 0)
     std::cout << "resuming from " << ctx.resume_from.string() << " at step " << ctx.start_step << ", data "
               << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
 }
 
 // How to continue this run: with several ranks, torchrun with the same number of them.
-std::string resume_command(const stages::RunContext& ctx) {
-  std::string dir = ctx.run_dir.string();
-  if (!ctx.dp) return "pipeline run --resume " + dir;
-  const auto& env = ctx.dp->group().env();
+std::string resume_command(const stages::RunPlan& plan) {
+  std::string dir = plan.ctx->run_dir.string();
+  if (!plan.dp) return "pipeline run --resume " + dir;
+  const auto& env = plan.dp->group().env();
   std::string ranks = env.world_size == env.local_world_size
                           ? "--nproc-per-node=" + std::to_string(env.world_size)
                           : "--nnodes=" + std::to_string(env.world_size / env.local_world_size) +
@@ -108,7 +108,7 @@ int run_main(const std::vector<std::string>& args) {
   try {
     server = stages::start_live_server(ctx, req.serve);
   } catch (const std::exception& e) {
-    if (ctx.dp) ctx.dp->group().record_exit(e.what());
+    if (plan.dp) plan.dp->group().record_exit(e.what());
     if (ctx.resume_from.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
@@ -119,7 +119,7 @@ int run_main(const std::vector<std::string>& args) {
   try {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
   } catch (const std::exception& e) {
-    if (ctx.dp) ctx.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
+    if (plan.dp) plan.dp->group().record_exit(e.what());  // the other ranks stop waiting for this one
     if (ctx.resume_from.empty() && ctx.writer()) remove_unused_run_dir(ctx.run_dir);
     throw;
   }
@@ -146,7 +146,7 @@ int run_main(const std::vector<std::string>& args) {
   bool failed = false;
   std::string failure;
   std::optional<stages::RankSession> rank;  // several ranks: stopping together, peer failures, statistics
-  if (ctx.dp) rank.emplace(ctx, engine);
+  if (plan.dp) rank.emplace(ctx, *plan.dp, engine);
   if (server) stages::feed_live_server(*server, engine, rank);
   // One path for a stop, whether one process or one rank of several: the first signal stops after
   // the current step with a checkpoint (several ranks agree on the step first), a second aborts.
@@ -192,12 +192,12 @@ int run_main(const std::vector<std::string>& args) {
       std::cout.flush();
       ctx.log->error("pipeline run" + who + ": error: " + failure);
       const std::string last = last_checkpoint(ctx);
-      if (!last.empty()) ctx.log->error("last checkpoint: " + last + " (continue with: " + resume_command(ctx) + ")");
+      if (!last.empty()) ctx.log->error("last checkpoint: " + last + " (continue with: " + resume_command(plan) + ")");
       std::cerr.flush();
       std::_Exit(1);
     }
     if (!ctx.writer()) {
-      if (ctx.dp->stopped_early() != stages::DataParallel::EarlyStop::requested) return 0;
+      if (plan.dp->stopped_early() != stages::DataParallel::EarlyStop::requested) return 0;
       return 128 + (signals.stop_signal() ? signals.stop_signal() : SIGINT);
     }
     snap = rank->merged(snap);
@@ -216,17 +216,17 @@ int run_main(const std::vector<std::string>& args) {
   const std::string ckpt = last_checkpoint(ctx);
   if (failed) {
     ctx.log->error("pipeline run" + who + ": error: " + failure);
-    if (!ckpt.empty()) ctx.log->error("last checkpoint: " + ckpt + " (continue with: " + resume_command(ctx) + ")");
+    if (!ckpt.empty()) ctx.log->error("last checkpoint: " + ckpt + " (continue with: " + resume_command(plan) + ")");
     return 1;
   }
-  const auto early = ctx.dp ? ctx.dp->stopped_early() : stages::DataParallel::EarlyStop::none;
+  const auto early = plan.dp ? plan.dp->stopped_early() : stages::DataParallel::EarlyStop::none;
   const bool interrupted = engine.stop_requested() || early == stages::DataParallel::EarlyStop::requested;
   const int sig = signals.stop_signal() ? signals.stop_signal() : SIGINT;
   if (interrupted || done < ctx.cfg.training.steps) {
     std::string line = (interrupted && signals.stop_signal() ? stages::RunSignals::name(sig) + ": " : std::string()) +
                        "stopped at step " + std::to_string(done) + " of " + std::to_string(ctx.cfg.training.steps);
     if (early == stages::DataParallel::EarlyStop::out_of_data) line += " (a rank ran out of data)";
-    if (ctx.dp) line += " on all " + std::to_string(ctx.dp->size()) + " ranks";
+    if (plan.dp) line += " on all " + std::to_string(plan.dp->size()) + " ranks";
     line += ".";
     const int64_t saved = ckpt.empty() ? -1 : checkpoint_step(ckpt);
     if (ctx.cfg.checkpoint.at_end && done > ctx.start_step && saved != done) {
@@ -235,14 +235,14 @@ int run_main(const std::vector<std::string>& args) {
       std::string err = "pipeline run: error: the final checkpoint (step " + std::to_string(done) +
                         ") was not written: the run was aborted before it could be (" + snap.status + ")";
       if (saved >= 0)
-        err += "; the newest checkpoint is " + ckpt + " (step " + std::to_string(saved) + "): " + resume_command(ctx) +
+        err += "; the newest checkpoint is " + ckpt + " (step " + std::to_string(saved) + "): " + resume_command(plan) +
                " repeats steps " + std::to_string(saved + 1) + ".." + std::to_string(done);
       ctx.log->error(err);
       return 1;
     }
     if (!ckpt.empty()) {
       ctx.log->print(line + " Checkpoint " + ckpt + ".");
-      ctx.log->print("Continue with: " + resume_command(ctx) +
+      ctx.log->print("Continue with: " + resume_command(plan) +
                      "   (it reads the run's own config.toml, --set overrides included)");
     } else {
       ctx.log->print(line + " No checkpoint was written.");

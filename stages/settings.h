@@ -1,0 +1,104 @@
+// The settings a training run's stages read: one typed struct per run section of a pipeline
+// TOML (every section other than [stages.*]). The run layer declares their schemas and resolves
+// them (runner/run_config.h); the stages only read them, through the run context (types.h).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "base/config.h"
+
+namespace pipeline::stages {
+
+struct RunSection {
+  std::string name = "run";     // run directory name prefix
+  std::string dir;              // explicit run directory ("" = runs/<name>-<timestamp>)
+  std::string resume = "never";  // never | auto: continue the run in `dir` when it has a checkpoint
+  int64_t seed = 1337;
+  std::string device = "auto";  // auto | cpu | cuda
+  int64_t threads = 0;          // intra-op threads for torch on CPU (0 = torch default)
+  bool autotune = false;        // tune every CPU stage's workers and every edge's capacity
+  // Data parallel (under torchrun):
+  std::string backend = "auto";  // auto | nccl | gloo
+  double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)
+  double dist_heartbeat_s = 60;  // a rank silent this long is reported as gone
+  double dist_bucket_mb = 25;    // gradient all-reduce bucket size
+};
+
+struct ModelSection {
+  std::string preset = "gpt2";
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;  // 0 = the preset's value
+  int64_t vocab_size = 50257;
+  double dropout = 0.0;
+  bool bias = true;
+  std::filesystem::path init_from;  // a Hugging Face GPT-2 directory to start from ("" = fresh weights)
+};
+
+struct DataSection {
+  std::filesystem::path dataset;      // a prepared dataset directory (manifest.json inside), or llm.c shards
+  std::string train_split = "train";
+  std::string val_split = "val";
+  bool loop = true;                   // wrap around to the next epoch at the end of the data
+};
+
+struct TrainingSection {
+  int64_t steps = 1000;
+  int64_t batch_size = 8;     // B, windows per micro-batch
+  int64_t seq_len = 1024;     // T
+  int64_t grad_accum = 1;     // micro-batches per optimizer step
+  double grad_clip = 1.0;     // 0 disables clipping
+  std::string dtype = "bf16"; // bf16 | fp32 (autocast dtype for forward)
+  std::string matmul_precision = "high";  // fp32 matmuls on CUDA: high (TF32) | highest | medium
+  bool cuda_graph = false;    // replay the step as CUDA graphs (model/captured_step.h)
+};
+
+struct OptimizerSection {
+  double lr = 6e-4, min_lr = 6e-5;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+  int64_t warmup_steps = 100;
+  bool fused = true;
+};
+
+struct EvalSection {
+  int64_t every = 0;          // steps between evaluations (0 = off)
+  int64_t batches = 8;        // validation batches per evaluation (a fixed set)
+  int64_t sample_tokens = 48; // generated sample length (0 = none)
+  std::string prompt = "\n";
+  double temperature = 0.8;
+  int64_t top_k = 40;
+};
+
+struct CheckpointSection {
+  int64_t every = 0;  // steps between checkpoints (0 = only at the end)
+  int64_t keep = 2;   // newest checkpoints kept
+  bool at_end = true;
+  std::string on_error = "stop";  // stop | warn: what a failed checkpoint write does to the run
+};
+
+struct LoggingSection {
+  int64_t every = 10;              // steps between progress lines
+  std::string live = "auto";       // auto | tty | line | off
+  int64_t stats_interval_ms = 50;  // queue occupancy sampling period
+  bool trace = true;               // write trace.json
+  double peak_tflops = 989.0;      // device peak for MFU (H100 SXM dense bf16)
+  bool tensorboard = false;        // TensorBoard event files in the run directory
+  std::string http;                // "PORT" or "ADDR:PORT": serve the live page and /metrics ("" = off)
+};
+
+struct RunConfig {
+  std::filesystem::path file;
+  std::filesystem::path source_dir;
+  RunSection run;
+  ModelSection model;
+  DataSection data;
+  TrainingSection training;
+  OptimizerSection optimizer;
+  EvalSection eval;
+  CheckpointSection checkpoint;
+  LoggingSection logging;
+  std::vector<config::Section> sections;  // resolved, for printing and for the run directory
+};
+
+}  // namespace pipeline::stages
