@@ -16,6 +16,7 @@
 //                            .factory = graph::make_factory<Doubler>()});
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -179,6 +180,10 @@ struct StageContext {
   std::string type;                // its registered type ("tokenize")
   int workers = 1;                 // concurrent process() calls the engine will make
   const config::Section& options;  // common keys + the type's own keys, validated
+  /// What the program running the engine hands to its stages (EngineOptions::host; `pipeline
+  /// run`: its run context), empty when it hands nothing. The engine never looks inside; the
+  /// stages that need it know its type and read it with std::any_cast.
+  const std::any& host;
 };
 
 /// A fixed set of interchangeable resources (pinned host buffers, say), numbered 0..size-1, that

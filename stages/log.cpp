@@ -31,7 +31,7 @@ std::string format_duration(double s) {
 
 class Log : public graph::Stage {
  public:
-  explicit Log(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit Log(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     flops_per_token_ = rc_.model.flops_per_token(rc_.cfg.training.seq_len);
   }
 

@@ -46,7 +46,7 @@ size_t auto_chunk_bytes(const RunContext& rc) {
 
 class ReadShards : public graph::Stage {
  public:
-  explicit ReadShards(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit ReadShards(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     auto chunk = ctx.options.get_int_or_auto("chunk_bytes");
     chunk_bytes_ = chunk ? static_cast<size_t>(*chunk) : auto_chunk_bytes(rc_);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.

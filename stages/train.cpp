@@ -73,7 +73,7 @@ class PhaseClock {
 
 class Train : public graph::Stage {
  public:
-  explicit Train(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)), name_(ctx.name) {
+  explicit Train(const graph::StageContext& ctx) : rc_(run_context(ctx)), name_(ctx.name) {
     const auto& t = rc_.cfg.training;
     if (t.seq_len > rc_.model.block_size)
       throw std::invalid_argument("[training] seq_len = " + std::to_string(t.seq_len) +

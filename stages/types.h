@@ -1,5 +1,6 @@
 // The payloads that flow between the training stages, and the run-wide context every stage
-// of a training graph reads (resolved config, device, run directory, resume point).
+// of a training graph reads (resolved config, device, run directory, resume point), handed to
+// it by the engine when it is built (run_context).
 //
 //   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
 //   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
@@ -27,6 +28,7 @@
 #include "datasets/dataset_reader.h"
 #include "datasets/partition.h"
 #include "base/json.h"
+#include "graph/stage.h"
 #include "model/checkpoint.h"
 #include "model/device_event.h"
 #include "model/dist_group.h"
@@ -229,11 +231,10 @@ datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 /// when set, else [data] dataset and train_split.
 std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
 
-/// The context of the graph being built or run. `pipeline run` sets it before building the
-/// graph and clears it after; stage constructors read it.
-void set_run_context(std::shared_ptr<RunContext> ctx);
-std::shared_ptr<RunContext> run_context();
-/// Throws a clear error when a training stage is built outside a training run.
-RunContext& require_run_context(const std::string& stage_name);
+/// The run context a training stage is built with: what the run hands the engine's stages
+/// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive
+/// as long as the stages). Throws a clear error, naming the stage, when a training stage is built
+/// outside a training run.
+RunContext& run_context(const graph::StageContext& ctx);
 
 }  // namespace pipeline::stages
