@@ -80,7 +80,7 @@ class ReadShards : public graph::Stage {
   }
 
   bool produce(graph::Emitter& out) override {
-    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    if (out.stop_requested()) return false;
     TextChunk chunk;
     chunk.pos = position();
     chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);

@@ -23,7 +23,7 @@ class ReadTokens : public graph::Stage {
   }
 
   bool produce(graph::Emitter& out) override {
-    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    if (out.stop_requested()) return false;
     TokenChunk c;
     c.pos.pos = reader_.position();
     c.tokens.resize(chunk_);

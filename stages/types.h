@@ -209,7 +209,6 @@ struct RunContext {
   DataCursor start;                  // data position to resume from
   std::filesystem::path resume_from; // checkpoint to load in train (empty: fresh weights)
   std::shared_ptr<RunLog> log;
-  std::atomic<bool> input_done{false};   // train has all it needs: sources stop producing
   std::atomic<int64_t> last_step{0};     // steps completed, for the final message
   /// Checkpoints asked for while training (SIGUSR1): train writes one at its next step when
   /// this count is past the requests it served.

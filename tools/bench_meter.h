@@ -125,7 +125,7 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
       }
     });
     during(e);
-    plan.ctx->input_done.store(true);  // the source stops; what is in flight drains
+    e.stop();  // the source stops; what is in flight drains (no stage here discards on a stop)
     runner.join();
     if (failed) std::rethrow_exception(failed);
     if (opts.stats) r.final = e.final_snapshot(), r.events = e.events();
