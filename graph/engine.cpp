@@ -31,10 +31,13 @@
 // from every input finalizes (after its other invocations) and sends its own. wait_for_all()
 // returns when every stage has passed it on. stop() only sets a flag (a signal handler may call
 // it): sources end, queued items finish or are discarded as each stage declares (a stage whose
-// every output leads only to discarding stages discards too, and so do they all once a stage
-// calls Emitter::wind_down: train after its last step), and the drain always completes; a
-// second stop(), or a drain longer than stop_grace (when one is set), aborts: stage code is
-// no longer called, but the markers still flow, so the run ends. The first exception a stage
+// every output leads only to discarding stages discards too), and the drain always completes.
+// A stage that has all the input it will use (train after its last step) winds down
+// (Emitter::wind_down): it and the stages upstream of it whose outputs lead only to it (or to
+// other stages that wound down) drop what is in flight towards it, and the sources among them
+// stop producing, while the rest of the graph goes on; that run still ends as "done". A second
+// stop(), or a drain longer than stop_grace (when one is set), aborts: stage code is no longer
+// called, but the markers still flow, so the run ends. The first exception a stage
 // throws aborts the run the same way and is rethrown by run() naming the stage. An exception
 // out of the engine's own code (a node body, an own thread, the timer) cannot count on the
 // markers: Runtime::fault records it, naming stage and place, and cancels the flow graph, and

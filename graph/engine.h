@@ -10,6 +10,7 @@
 //   engine.run();                                             // throws graph::StageError
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -131,6 +132,9 @@ struct EngineOptions {
   /// Let sources send several cheap items per message while every stage is cheap (an item
   /// costs well under 20 µs everywhere); capacities still count items.
   bool batch = true;
+  /// What the stages of this graph are handed when they are built (StageContext::host), owned by
+  /// the engine for its whole life: `pipeline run` puts its run context here. Empty by default.
+  std::any host = {};
   /// Tests only (see FaultInjection).
   FaultInjection inject_fault = {};
   /// Adds the caller's own figures (a training run's loss and tokens/s: Snapshot::train) to each

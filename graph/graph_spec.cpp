@@ -328,7 +328,7 @@ void resolve_graph(Runtime& rt, bool instantiate) {
   if (!instantiate) return;
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
-    StageContext ctx{st.spec.name, st.type->name, st.max_workers, st.options};
+    StageContext ctx{st.spec.name, st.type->name, st.max_workers, st.options, rt.opts.host};
     if (!st.type->factory)
       throw StageError(st.spec.name,
                        "building: stage type " + st.type->name +

@@ -11,6 +11,9 @@
 //     other invocations are done, and sends an end-of-stream marker on every output edge.
 //   - After a failure (or abort) stage code is no longer called: inputs are dropped, but every
 //     marker still flows, so the graph drains and the run ends.
+//   - A stage that winds down (Emitter::wind_down) drops what reaches it from then on, and so do
+//     the stages upstream of it whose outputs all lead to stages that wound down; sources among
+//     them stop producing. Markers still flow, and the run still ends as "done".
 //   - Batches: a source whose items are cheap, in a graph whose stages are all cheap, sends
 //     several items per packet (run_source); a stage that takes such a packet processes each
 //     item and sends what it emitted on each edge as one packet too. Credits still count items:
@@ -149,7 +152,7 @@ void Invocation::process(Item item) {
   bump(c_->in);
   if (!batching_) items_ = 1;
   if (rt_.failing()) return;
-  if (st_.discard_on_stop && (rt_.stopping() || rt_.winding_down.load(std::memory_order_relaxed))) {
+  if ((st_.discard_on_stop && rt_.stopping()) || st_.wound_down.load(std::memory_order_relaxed)) {
     bump(c_->discarded);
     return;
   }
@@ -419,12 +422,28 @@ bool Invocation::take_resource_reservation() {
 
 bool Invocation::extra_resource() { return st_.resources.try_extra(margin()); }
 
+// Up the in-edges from `st`, as far as the producers whose every consumer has wound down. Each
+// stage sets its own flag before it reads its siblings' (seq_cst): of two consumers of one
+// producer winding down at once, the later one sees the other's flag, so the producer is
+// never left out.
+void wind_down(Runtime& rt, StageRt& st) {
+  if (st.wound_down.exchange(true)) return;
+  for (const EdgeRt* in : st.inputs) {
+    StageRt& producer = *rt.stages[in->producer];
+    const bool all = std::all_of(producer.outputs.begin(), producer.outputs.end(),
+                                 [&](const EdgeRt* out) { return rt.stages[out->consumer]->wound_down.load(); });
+    if (all) wind_down(rt, producer);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The stage-facing Emitter
 
 void Emitter::emit_item(Item item) { impl_->emit(std::move(item)); }
-bool Emitter::stop_requested() const { return impl_->runtime().stopping(); }
-void Emitter::wind_down() { impl_->runtime().winding_down.store(true, std::memory_order_relaxed); }
+bool Emitter::stop_requested() const {
+  return impl_->runtime().stopping() || impl_->stage().wound_down.load(std::memory_order_relaxed);
+}
+void Emitter::wind_down() { graph::wind_down(impl_->runtime(), impl_->stage()); }
 void Emitter::hold_for(std::chrono::nanoseconds d) { impl_->hold_for(d); }
 void Emitter::add_device_wait(std::chrono::nanoseconds d) { impl_->add_device_wait(d); }
 void Emitter::add_device_busy(const std::string& stage, std::chrono::nanoseconds d, bool gpu) {

@@ -32,7 +32,7 @@ class Invocation {
   static Invocation* current();
 
   /// Runs process() on one input (dropped after a failure; discarded on stop by stages that
-  /// declare OnStop::discard).
+  /// discard on stop, and by a stage that wound down).
   void process(Item item);
   /// The input is a batch of `items` items (process() follows for each): the outputs are
   /// batched per edge too, and the cost of an item is measured.

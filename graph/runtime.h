@@ -245,6 +245,9 @@ struct alignas(kCacheLine) StageRt {
   uint64_t eos_seq = 0;  // the deferred end-of-stream invocation's bundle seq (before finalize_pending)
   std::atomic<bool> done{false};
   std::atomic<uint64_t> input_seq{0};  // renumbering of merged inputs
+  // Has all the input it will use (wind_down): the stage itself said so, or every stage its
+  // outputs lead to did. A source stops producing; whatever reaches the stage is dropped.
+  std::atomic<bool> wound_down{false};
 
   // Sources: items produced but not yet handed to the flow graph (one produce() call's output).
   std::vector<Item> outbox;
@@ -289,7 +292,6 @@ struct Runtime {
   int threads = 1;  // the arena's size
 
   std::atomic<int> stop_level{0};
-  std::atomic<bool> winding_down{false};  // Emitter::wind_down: drop what only discarding stages would get
   std::atomic<bool> aborted{false};
   int64_t t0 = 0;
   // Guards timer and flow (an abort may come from the monitor, a fault from any thread, during
@@ -323,6 +325,11 @@ struct Runtime {
   bool stopping() const { return stop_level.load(std::memory_order_relaxed) > 0; }
   StageRt* find(const std::string& name) const;
 };
+
+/// `st` has all the input it will use (Emitter::wind_down), and so has every stage upstream of it
+/// whose outputs all lead to stages that have theirs (invocation.cpp): sources among them stop
+/// producing, and what is in flight towards them is dropped. Stages elsewhere in the graph go on.
+void wind_down(Runtime& rt, StageRt& st);
 
 /// Validates rt.spec and fills rt.stages and rt.edges (graph_spec.cpp); with `instantiate`,
 /// also builds the stage instances. Throws config::ConfigError or StageError.

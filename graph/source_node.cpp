@@ -78,7 +78,7 @@ std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st) {
     }
     if (st.source_state == StageRt::SourceState::producing) {
       bool more = false;
-      if (!rt.failing() && !rt.stopping()) {
+      if (!rt.failing() && !rt.stopping() && !st.wound_down.load(std::memory_order_relaxed)) {
         const size_t before = st.outbox.size();
         const int64_t t0 = st.batch_max > 1 ? now_ns() : 0;
         Invocation inv(rt, st, Delivery::outbox, nullptr, 0);

@@ -16,6 +16,7 @@
 //                            .factory = graph::make_factory<Doubler>()});
 #pragma once
 
+#include <any>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -142,12 +143,16 @@ class Emitter {
   /// Index of the calling worker in [0, workers): per-worker scratch space in stages. No two
   /// calls running at the same time share an index.
   int worker() const { return worker_; }
-  /// True once stop() was requested: sources return false from produce() when they see it.
+  /// True once stop() was requested, or once every stage this one's outputs lead to has wound
+  /// down (wind_down): sources return false from produce() when they see it (the engine stops
+  /// calling produce() then anyway).
   bool stop_requested() const;
-  /// This stage has all the input it will use (train after its last step): from now on the
-  /// stages whose outputs lead only to stages that discard on stop drop their queued inputs, as
-  /// on a stop, so the run ends without draining them; the run still ends as "done". The
-  /// sources are told by the stage's own means (the run context's input_done).
+  /// This stage has all the input it will use (train after its last step). From now on it drops
+  /// what reaches it, and so does every stage upstream of it (through its inputs, transitively)
+  /// whose outputs all lead to stages that wound down; the sources among them stop producing.
+  /// What is in flight towards it is dropped instead of drained, and the run still ends as
+  /// "done". Stages elsewhere in the graph (a branch that does not feed this stage, or a
+  /// producer that also feeds one that goes on) are not affected.
   void wind_down();
   /// Timed stages only (StageType::timed): complete this invocation `d` from now, without
   /// holding a thread; its outputs leave then. The stats count the held time as busy.
@@ -179,6 +184,10 @@ struct StageContext {
   std::string type;                // its registered type ("tokenize")
   int workers = 1;                 // concurrent process() calls the engine will make
   const config::Section& options;  // common keys + the type's own keys, validated
+  /// What the program running the engine hands to its stages (EngineOptions::host; `pipeline
+  /// run`: its run context), empty when it hands nothing. The engine never looks inside; the
+  /// stages that need it know its type and read it with std::any_cast.
+  const std::any& host;
 };
 
 /// A fixed set of interchangeable resources (pinned host buffers, say), numbered 0..size-1, that

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 class Checkpoint : public graph::Stage {
  public:
-  explicit Checkpoint(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {}
+  explicit Checkpoint(const graph::StageContext& ctx) : rc_(run_context(ctx)) {}
 
   // It waits on the snapshot's CUDA events: on the run's device, or that makes a context on GPU 0.
   void initialize() override { model::use_device(rc_.device); }

@@ -34,7 +34,7 @@ namespace {
 class Eval : public graph::Stage {
  public:
   explicit Eval(const graph::StageContext& ctx)
-      : rc_(require_run_context(ctx.name)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
+      : rc_(run_context(ctx)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
     if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
     const std::string& own = ctx.options.get_string("dataset");
     load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),

@@ -20,7 +20,7 @@ namespace {
 
 class H2D : public graph::Stage {
  public:
-  explicit H2D(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {}
+  explicit H2D(const graph::StageContext& ctx) : rc_(run_context(ctx)) {}
 
   void initialize() override {
 #ifdef PIPELINE_HAVE_CUDA

@@ -10,7 +10,7 @@
 #include <cstdio>
 
 #include "graph/stage.h"
-#include "runner/device_advice.h"
+#include "model/cpu_advice.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -31,7 +31,7 @@ std::string format_duration(double s) {
 
 class Log : public graph::Stage {
  public:
-  explicit Log(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit Log(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     flops_per_token_ = rc_.model.flops_per_token(rc_.cfg.training.seq_len);
   }
 
@@ -110,8 +110,9 @@ class Log : public graph::Stage {
       rc_.log->print(s);
     }
     // A large model on the CPU: once the pace is known, how long the whole run takes.
-    if (steps_timed == kEstimateAfterSteps && r.step < total && !rc_.device.is_cuda() && large_for_cpu(rc_.model))
-      rc_.log->print(cpu_estimate(elapsed / static_cast<double>(steps_timed), r.step, total));
+    if (steps_timed == model::kEstimateAfterSteps && r.step < total && !rc_.device.is_cuda() &&
+        model::large_for_cpu(rc_.model))
+      rc_.log->print(model::cpu_estimate(elapsed / static_cast<double>(steps_timed), r.step, total));
   }
 
   // train's busy share between the first step and the last: on CUDA the GPU's (device events),

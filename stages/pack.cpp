@@ -27,7 +27,7 @@ namespace {
 
 class Pack : public graph::Stage {
  public:
-  explicit Pack(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)), name_(ctx.name) {
+  explicit Pack(const graph::StageContext& ctx) : rc_(run_context(ctx)), name_(ctx.name) {
     B_ = rc_.cfg.training.batch_size;
     T_ = rc_.cfg.training.seq_len;
     next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;

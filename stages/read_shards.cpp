@@ -46,7 +46,7 @@ size_t auto_chunk_bytes(const RunContext& rc) {
 
 class ReadShards : public graph::Stage {
  public:
-  explicit ReadShards(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit ReadShards(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     auto chunk = ctx.options.get_int_or_auto("chunk_bytes");
     chunk_bytes_ = chunk ? static_cast<size_t>(*chunk) : auto_chunk_bytes(rc_);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
@@ -80,7 +80,7 @@ class ReadShards : public graph::Stage {
   }
 
   bool produce(graph::Emitter& out) override {
-    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    if (out.stop_requested()) return false;
     TextChunk chunk;
     chunk.pos = position();
     chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);

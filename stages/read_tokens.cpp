@@ -12,7 +12,7 @@ namespace {
 class ReadTokens : public graph::Stage {
  public:
   explicit ReadTokens(const graph::StageContext& ctx)
-      : rc_(require_run_context(ctx.name)) {
+      : rc_(run_context(ctx)) {
     const auto chunk = ctx.options.get_int_or_auto("chunk_tokens");
     chunk_ = static_cast<size_t>(chunk ? *chunk : rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
@@ -23,7 +23,7 @@ class ReadTokens : public graph::Stage {
   }
 
   bool produce(graph::Emitter& out) override {
-    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    if (out.stop_requested()) return false;
     TokenChunk c;
     c.pos.pos = reader_.position();
     c.tokens.resize(chunk_);

@@ -22,7 +22,7 @@ namespace {
 
 class RecordBatches : public graph::Stage {
  public:
-  explicit RecordBatches(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit RecordBatches(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     std::filesystem::path path = ctx.options.get_string("path");
     if (path.empty()) {
       if (rc_.run_dir.empty())

@@ -14,7 +14,7 @@ namespace {
 
 class Synthetic : public graph::Stage {
  public:
-  explicit Synthetic(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)) {
+  explicit Synthetic(const graph::StageContext& ctx) : rc_(run_context(ctx)) {
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
     auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(rc_.cfg.run.seed));
     int64_t distinct = ctx.options.get_int("distinct");
@@ -30,7 +30,7 @@ class Synthetic : public graph::Stage {
   }
 
   bool produce(graph::Emitter& out) override {
-    if (out.stop_requested() || rc_.input_done.load(std::memory_order_relaxed)) return false;
+    if (out.stop_requested()) return false;
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
     const auto& buf = pool_[static_cast<size_t>(next_index_) % pool_.size()];
     Batch b;

@@ -73,7 +73,7 @@ class PhaseClock {
 
 class Train : public graph::Stage {
  public:
-  explicit Train(const graph::StageContext& ctx) : rc_(require_run_context(ctx.name)), name_(ctx.name) {
+  explicit Train(const graph::StageContext& ctx) : rc_(run_context(ctx)), name_(ctx.name) {
     const auto& t = rc_.cfg.training;
     if (t.seq_len > rc_.model.block_size)
       throw std::invalid_argument("[training] seq_len = " + std::to_string(t.seq_len) +
@@ -135,7 +135,10 @@ class Train : public graph::Stage {
   }
 
   void process(graph::Item in, graph::Emitter& out) override {
-    if (done_) return;  // the run has its steps: what is still queued is not needed
+    if (done_) {  // the run has its steps: the input side is not needed
+      out.wind_down();
+      return;
+    }
     const auto accum = rc_.cfg.training.grad_accum;
     const bool last_micro_batch = micro_ + 1 == accum;
     if (sync_ && !sync_->before_forward(last_micro_batch, rc_.checkpoint_requests.load())) return stop_with_the_others(out);
@@ -330,11 +333,13 @@ class Train : public graph::Stage {
     return true;
   }
 
+  // The run has its steps. With an emitter, train winds down (the input side stops, and what is
+  // in flight towards train is dropped, not drained); built with its steps already done (a
+  // resume at the last step), at its first input.
   void finish(graph::Emitter* out = nullptr) {
-    if (out) out->wind_down();  // what is in flight towards train is dropped, not drained
+    if (out) out->wind_down();
     if (sync_) sync_->finish();
     done_ = true;
-    rc_.input_done.store(true);  // sources stop; what is in flight drains and is dropped here
   }
 
   RunContext& rc_;

@@ -3,6 +3,7 @@
 #include "stages/types.h"
 
 #include <algorithm>
+#include <any>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -220,28 +221,13 @@ datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
   return o;
 }
 
-namespace {
-std::mutex g_ctx_mu;
-std::shared_ptr<RunContext> g_ctx;
-}  // namespace
-
-void set_run_context(std::shared_ptr<RunContext> ctx) {
-  std::lock_guard<std::mutex> lock(g_ctx_mu);
-  g_ctx = std::move(ctx);
-}
-
-std::shared_ptr<RunContext> run_context() {
-  std::lock_guard<std::mutex> lock(g_ctx_mu);
-  return g_ctx;
-}
-
-RunContext& require_run_context(const std::string& stage_name) {
-  auto ctx = run_context();
-  if (!ctx)
-    throw std::runtime_error("stage '" + stage_name +
+RunContext& run_context(const graph::StageContext& ctx) {
+  const auto* rc = std::any_cast<std::shared_ptr<RunContext>>(&ctx.host);
+  if (!rc || !*rc)
+    throw std::runtime_error("stage '" + ctx.name +
                              "' is a training stage: it runs inside `pipeline run`, which provides the model, "
                              "data and run directory");
-  return *ctx;  // the context outlives the graph: `pipeline run` clears it after the engine is gone
+  return **rc;  // the engine holds the context for as long as its stages live
 }
 
 }  // namespace pipeline::stages

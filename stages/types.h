@@ -1,5 +1,6 @@
 // The payloads that flow between the training stages, and the run-wide context every stage
-// of a training graph reads (resolved config, device, run directory, resume point).
+// of a training graph reads (resolved config, device, run directory, resume point), handed to
+// it by the engine when it is built (run_context).
 //
 //   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
 //   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
@@ -27,6 +28,7 @@
 #include "datasets/dataset_reader.h"
 #include "datasets/partition.h"
 #include "base/json.h"
+#include "graph/stage.h"
 #include "model/checkpoint.h"
 #include "model/device_event.h"
 #include "model/dist_group.h"
@@ -207,7 +209,6 @@ struct RunContext {
   DataCursor start;                  // data position to resume from
   std::filesystem::path resume_from; // checkpoint to load in train (empty: fresh weights)
   std::shared_ptr<RunLog> log;
-  std::atomic<bool> input_done{false};   // train has all it needs: sources stop producing
   std::atomic<int64_t> last_step{0};     // steps completed, for the final message
   /// Checkpoints asked for while training (SIGUSR1): train writes one at its next step when
   /// this count is past the requests it served.
@@ -229,11 +230,10 @@ datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 /// when set, else [data] dataset and train_split.
 std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
 
-/// The context of the graph being built or run. `pipeline run` sets it before building the
-/// graph and clears it after; stage constructors read it.
-void set_run_context(std::shared_ptr<RunContext> ctx);
-std::shared_ptr<RunContext> run_context();
-/// Throws a clear error when a training stage is built outside a training run.
-RunContext& require_run_context(const std::string& stage_name);
+/// The run context a training stage is built with: what the run hands the engine's stages
+/// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive
+/// as long as the stages). Throws a clear error, naming the stage, when a training stage is built
+/// outside a training run.
+RunContext& run_context(const graph::StageContext& ctx);
 
 }  // namespace pipeline::stages

@@ -1,7 +1,7 @@
 // Tests for the flow-graph engine's mechanics (graph/flow_graph.h, graph/edge.cpp,
 // graph/invocation.cpp): threads shared in one arena, timed stages that hold no thread, the
 // bound of stages that emit several items per input, routing filters, resource pools,
-// batches of cheap items, workers = "auto", and the drain after stop().
+// batches of cheap items, workers = "auto", the drain after stop(), and the scope of a wind-down.
 #include <doctest/doctest.h>
 
 #include <oneapi/tbb/info.h>
@@ -255,6 +255,40 @@ class GiveBackLater : public Stage {
 PIPELINE_STAGE(flow_give_back_later, {.name = "flow_give_back_later", .doc = "gives the resource back later",
                                       .input = port<int64_t>("int"), .output = no_port(), .own_thread = true,
                                       .factory = make_factory<GiveBackLater>()});
+
+// A sink that has all the input it will use after `after` integers, and winds down then (as
+// train does after its last step); it counts the integers it was given. On the arena, or on a
+// thread of its own as train is.
+std::atomic<int64_t> g_wind_down_taken{0};
+class WindDownAfter : public Stage {
+ public:
+  explicit WindDownAfter(const StageContext& ctx) : after_(ctx.options.get_int("after")) {}
+  void process(Item, Emitter& out) override {
+    if (g_wind_down_taken.fetch_add(1) + 1 == after_) out.wind_down();
+  }
+
+ private:
+  int64_t after_;
+};
+PIPELINE_STAGE(flow_wind_down, {.name = "flow_wind_down", .doc = "winds down after `after` integers",
+                                .input = port<int64_t>("int"), .output = no_port(),
+                                .options = config::Schema().integer("after", 20, "integers it takes", 1),
+                                .max_workers = 1, .factory = make_factory<WindDownAfter>()});
+PIPELINE_STAGE(flow_wind_down_thread, {.name = "flow_wind_down_thread", .doc = "winds down after `after` integers, on its thread",
+                                       .input = port<int64_t>("int"), .output = no_port(),
+                                       .options = config::Schema().integer("after", 20, "integers it takes", 1),
+                                       .own_thread = true, .factory = make_factory<WindDownAfter>()});
+
+// A sink that discards what is queued on a stop (as train does), counting what it takes.
+std::atomic<int64_t> g_kept{0};
+class Keep : public Stage {
+ public:
+  explicit Keep(const StageContext&) {}
+  void process(Item, Emitter&) override { g_kept.fetch_add(1); }
+};
+PIPELINE_STAGE(flow_keep, {.name = "flow_keep", .doc = "counts integers; discards on stop",
+                           .input = port<int64_t>("int"), .output = no_port(), .max_workers = 1,
+                           .on_stop = OnStop::discard, .factory = make_factory<Keep>()});
 
 }  // namespace
 
@@ -535,4 +569,33 @@ TEST_CASE("stop() drains whatever is in flight, however long it takes (no grace 
   CHECK(s.status == "stopped");
   CHECK(s.stage("sink")->items_in == s.stage("src")->items_out);  // nothing dropped
   CHECK(s.stage("sink")->items_in >= 10);  // the queued items outlived the stop by well over 100 ms
+}
+
+TEST_CASE("wind_down reaches only the caller's upstream: its source stops, an independent chain delivers every item") {
+  // Two chains in one graph: an endless source -> delay -> a sink that winds down after 20
+  // integers, and a 400-integer source -> a slower delay -> a sink that discards on a stop. The
+  // second chain is still busy when the first sink winds down; nothing of it may be dropped.
+  for (const char* sink : {"flow_wind_down", "flow_wind_down_thread"}) {
+    CAPTURE(sink);
+    g_wind_down_taken = 0;
+    g_kept = 0;
+    GraphSpec g;
+    g.add("endless", "test_source").set("count", int64_t{1} << 40);
+    g.add("fast", "delay", {"endless"}, 2, 4).set("ms", 0.1);
+    g.add("enough", sink, {"fast"}, 1, 4).set("after", int64_t{20});
+    g.add("src", "test_source").set("count", int64_t{400});
+    g.add("slow", "delay", {"src"}, 1, 4).set("ms", 1.0);
+    g.add("keep", "flow_keep", {"slow"}, 1, 4);
+    Engine e(std::move(g));
+    with_timeout([&] { e.run(); });  // the endless source stopped, or this would not return
+    Snapshot s = e.snapshot();
+    CHECK(s.status == "done");
+    CHECK(g_wind_down_taken.load() == 20);  // what reached it after it wound down was dropped
+    CHECK(s.stage("enough")->items_in - s.stage("enough")->discarded == 20);
+    CHECK(s.stage("endless")->items_out < 10000);
+    CHECK(g_kept.load() == 400);  // the other chain: every item, none discarded
+    CHECK(s.stage("keep")->discarded == 0);
+    CHECK(s.stage("slow")->discarded == 0);
+    CHECK(s.stage("src")->items_out == 400);
+  }
 }

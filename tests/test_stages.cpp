@@ -2,6 +2,7 @@
 // through read_shards -> tokenize -> pack -> h2d -> train -> log/eval/checkpoint, exact
 // resume, swapping the input side from TOML, and the errors a user meets first.
 #include <algorithm>
+#include <any>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -221,4 +222,16 @@ TEST_CASE("clear errors: missing dataset, wrong port, unknown stage type, bad mo
   auto again = error_of([&] { run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"}); });
   CHECK(contains(again, "--resume"));
   fs::remove_all(root);
+}
+
+TEST_CASE("a training stage built outside a training run says where it runs") {
+  // No run context handed to the stages (EngineOptions::host empty), or something else in its place.
+  for (std::any host : {std::any{}, std::any{42}}) {
+    graph::GraphSpec g;
+    g.add("gen", "synthetic");
+    g.add("sink", "test_sink", {"gen"});
+    auto what = error_of([&] { graph::Engine(std::move(g), {.host = host}); });
+    CHECK(contains(what, "stage 'gen' is a training stage"));
+    CHECK(contains(what, "pipeline run"));
+  }
 }

@@ -95,8 +95,8 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   req.resume = resume;
   req.source_dir = PIPELINE_SOURCE_DIR;
   auto plan = stages::plan_run(req);
-  stages::set_run_context(plan.ctx);
   graph::EngineOptions opts = stages::engine_options(*plan.ctx);
+  opts.host = plan.ctx;
   {
     graph::Engine engine(plan.spec, opts);
     auto tensorboard = stages::TensorBoardLog::attach(engine, *plan.ctx);
@@ -106,12 +106,10 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
       engine.run();
     } catch (...) {
       if (side.joinable()) side.join();
-      stages::set_run_context(nullptr);
       throw;
     }
     if (side.joinable()) side.join();
   }
-  stages::set_run_context(nullptr);
   RunResult r;
   r.dir = plan.ctx->run_dir;
   r.losses = read_losses(r.dir);

@@ -94,7 +94,6 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
   req.overrides = {"training.batch_size=" + std::to_string(in.batch), "training.seq_len=" + std::to_string(in.seq),
                    "data.dataset=\"" + in.dataset + "\"", "data.loop=true", "logging.live=\"off\""};
   auto plan = stages::plan_run(req);
-  stages::set_run_context(plan.ctx);
   graph::GraphSpec g;
   g.add("read", "read_shards")
       .set("chunk_bytes", in.chunk_bytes == "auto" ? config::Value{std::string("auto")}
@@ -113,6 +112,7 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
   opts.stats = in.stats || in.autotune;
   opts.trace = false;
   opts.autotune = in.autotune;
+  opts.host = plan.ctx;
   RunResult r;
   {
     graph::Engine e(std::move(g), opts);
@@ -125,9 +125,8 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
       }
     });
     during(e);
-    plan.ctx->input_done.store(true);  // the source stops; what is in flight drains
+    e.stop();  // the source stops; what is in flight drains (no stage here discards on a stop)
     runner.join();
-    stages::set_run_context(nullptr);
     if (failed) std::rethrow_exception(failed);
     if (opts.stats) r.final = e.final_snapshot(), r.events = e.events();
   }

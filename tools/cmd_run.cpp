@@ -95,12 +95,8 @@ int run_main(const std::vector<std::string>& args) {
   if (ctx.writer()) print_settings(plan);
   if (ctx.cfg.run.threads > 0) at::set_num_threads(static_cast<int>(ctx.cfg.run.threads));
 
-  stages::set_run_context(plan.ctx);
-  struct ClearContext {
-    ~ClearContext() { stages::set_run_context(nullptr); }
-  } clear_context;
-
   graph::EngineOptions opts = stages::engine_options(ctx);
+  opts.host = plan.ctx;  // what the training stages are built with (stages::run_context)
   stages::TrainFigures figures(ctx);  // loss, tokens/s, ... in each stats report
   opts.annotate = [&figures](graph::Snapshot& s) { figures.annotate(s); };
   // The live page and /metrics, bound now so that a port in use stops the run before it starts.

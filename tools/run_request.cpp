@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "runner/device_advice.h"
+#include "model/cpu_advice.h"
 
 namespace pipeline::cli {
 
@@ -51,7 +51,7 @@ void print_run_header(std::ostream& os, const std::filesystem::path& config_path
      << model.block_size << ", vocab " << model.vocab_size << " (padded " << model.padded_vocab_size << "), "
      << model.num_parameters() << " parameters\n";
   config::print_table(os, sections);
-  if (device == "cpu" && stages::large_for_cpu(model)) os << stages::cpu_warning(model) << "\n";
+  if (device == "cpu" && model::large_for_cpu(model)) os << model::cpu_warning(model) << "\n";
 }
 
 }  // namespace pipeline::cli

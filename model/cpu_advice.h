@@ -9,16 +9,16 @@
 
 #include "model/gpt_config.h"
 
-namespace pipeline::stages {
+namespace pipeline::model {
 
 /// Models above this many parameters get the warning and the estimate on a CPU.
 inline constexpr int64_t kCpuParameterWarning = 50'000'000;
 
 /// True for a model above kCpuParameterWarning.
-bool large_for_cpu(const model::GPTConfig& m);
+bool large_for_cpu(const GPTConfig& m);
 
 /// The start-up warning for a large model on the CPU (one line).
-std::string cpu_warning(const model::GPTConfig& m);
+std::string cpu_warning(const GPTConfig& m);
 
 /// Timed steps after which the estimate is printed.
 inline constexpr int64_t kEstimateAfterSteps = 2;
@@ -27,4 +27,4 @@ inline constexpr int64_t kEstimateAfterSteps = 2;
 /// step (which includes start-up), `step` steps done of `total`.
 std::string cpu_estimate(double seconds_per_step, int64_t step, int64_t total);
 
-}  // namespace pipeline::stages
+}  // namespace pipeline::model

@@ -1,10 +1,10 @@
-// See device_advice.h.
-#include "runner/device_advice.h"
+// See cpu_advice.h.
+#include "model/cpu_advice.h"
 
 #include <cmath>
 #include <cstdio>
 
-namespace pipeline::stages {
+namespace pipeline::model {
 
 namespace {
 
@@ -28,9 +28,9 @@ constexpr const char* kQuickStart =
 
 }  // namespace
 
-bool large_for_cpu(const model::GPTConfig& m) { return m.num_parameters() > kCpuParameterWarning; }
+bool large_for_cpu(const GPTConfig& m) { return m.num_parameters() > kCpuParameterWarning; }
 
-std::string cpu_warning(const model::GPTConfig& m) {
+std::string cpu_warning(const GPTConfig& m) {
   char params[32];
   std::snprintf(params, sizeof params, "%.1fM", static_cast<double>(m.num_parameters()) / 1e6);
   return std::string("warning: this run trains a model of ") + params +
@@ -48,4 +48,4 @@ std::string cpu_estimate(double seconds_per_step, int64_t step, int64_t total) {
          duration_text(whole) + " (" + duration_text(left) + " left); " + kQuickStart;
 }
 
-}  // namespace pipeline::stages
+}  // namespace pipeline::model
