@@ -1,27 +1,14 @@
 // See cpu_advice.h.
 #include "model/cpu_advice.h"
 
+#include "base/duration.h"
+
 #include <cmath>
 #include <cstdio>
 
 namespace pipeline::model {
 
 namespace {
-
-std::string duration_text(double s) {
-  char buf[48];
-  if (!std::isfinite(s) || s < 0) return "?";
-  const auto t = static_cast<long long>(s + 0.5);
-  if (t >= 86400)
-    std::snprintf(buf, sizeof buf, "%lldd %02lldh", t / 86400, (t / 3600) % 24);
-  else if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
-  else if (t >= 60)
-    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%llds", t);
-  return buf;
-}
 
 constexpr const char* kQuickStart =
     "on a CPU, pipelines/quickstart.toml trains a small model in minutes (pipeline run quickstart.toml)";

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <set>
 
 #include "base/atomic_file.h"
@@ -112,13 +113,20 @@ std::string timestamp() {
 // from it by the other ranks, so that every rank resumes from the same one. Explicit --resume: the
 // newest, and an error when there is none. auto: the newest that reads back whole (one that does
 // not is named on stderr and passed over), or none when `dir` holds no checkpoint yet; checkpoints
-// none of which reads back are an error, never a fresh start over them.
-fs::path agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool automatic) {
+// none of which reads back are an error, never a fresh start over them. `state` is the chosen
+// checkpoint when it was read already (auto, on the choosing rank), so it is not read twice.
+struct AgreedCheckpoint {
+  fs::path path;  // empty: none, start the run
+  std::optional<model::CheckpointState> state;
+};
+
+AgreedCheckpoint agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool automatic) {
   if (dp && dp->rank() != 0) {
     auto chosen = dp->group().get("resume_from");
-    return chosen == "-" ? fs::path() : fs::path(chosen);
+    return {chosen == "-" ? fs::path() : fs::path(chosen), std::nullopt};
   }
-  fs::path chosen;
+  AgreedCheckpoint out;
+  fs::path& chosen = out.path;
   if (!automatic) {
     if (!fs::is_directory(dir)) throw std::runtime_error(dir.string() + ": no such run directory");
     chosen = latest_checkpoint(dir);
@@ -128,7 +136,7 @@ fs::path agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool automatic
     const auto all = checkpoints_newest_first(dir);
     for (const auto& c : all) {
       try {
-        model::read_checkpoint(c.string());  // checks every length and the CRC
+        out.state = model::read_checkpoint(c.string());  // checks every length and the CRC
         chosen = c;
         break;
       } catch (const std::exception& e) {
@@ -140,7 +148,7 @@ fs::path agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool automatic
                                " checkpoints reads back whole (see above); not starting over them");
   }
   if (dp) dp->group().set("resume_from", chosen.empty() ? "-" : chosen.string());
-  return chosen;
+  return out;
 }
 
 // The run directory (new, or the one --resume names), the checkpoint to resume from and this
@@ -157,12 +165,13 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
                               ": --resume auto needs [run] dir: a restarted run finds its checkpoints there (the "
                               "default runs/<name>-<timestamp> is new at every start)");
 
-  fs::path ckpt;
+  AgreedCheckpoint agreed;
   if (!req.resume.empty() || automatic)
-    ckpt = agreed_checkpoint(dp, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
+    agreed = agreed_checkpoint(dp, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
+  const fs::path& ckpt = agreed.path;
   const bool resuming = !ckpt.empty();
   if (resuming) {
-    auto state = model::read_checkpoint(ckpt.string());
+    auto state = agreed.state ? std::move(*agreed.state) : model::read_checkpoint(ckpt.string());
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;

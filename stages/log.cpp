@@ -9,25 +9,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/duration.h"
 #include "graph/stage.h"
 #include "model/cpu_advice.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
 namespace {
-
-std::string format_duration(double s) {
-  char buf[32];
-  if (!std::isfinite(s) || s < 0) return "?";
-  auto t = static_cast<long>(s + 0.5);
-  if (t >= 3600)
-    std::snprintf(buf, sizeof buf, "%ldh%02ldm", t / 3600, (t / 60) % 60);
-  else if (t >= 60)
-    std::snprintf(buf, sizeof buf, "%ldm%02lds", t / 60, t % 60);
-  else
-    std::snprintf(buf, sizeof buf, "%lds", t);
-  return buf;
-}
 
 class Log : public graph::Stage {
  public:
@@ -106,7 +94,7 @@ class Log : public graph::Stage {
         std::snprintf(line, sizeof line, " | MFU %4.1f%%", 100 * mfu);
         s += line;
       }
-      s += " | ETA " + format_duration(eta);
+      s += " | ETA " + duration_text(eta);
       rc_.log->print(s);
     }
     // A large model on the CPU: once the pace is known, how long the whole run takes.

@@ -27,6 +27,7 @@
 using namespace pipeline;
 using test_util::contains;
 using test_util::error_of;
+using test_util::free_port;
 
 namespace {
 
@@ -37,17 +38,6 @@ dist::EnvLookup env_of(std::map<std::string, std::string> vars) {
   };
 }
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t n = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 dist::LaunchEnv env_for(int rank, int world, uint16_t port) {
   dist::LaunchEnv e;

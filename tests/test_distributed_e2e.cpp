@@ -15,12 +15,9 @@
 // The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
 // both ways of reading (round-robin by document over two ranks; in order, two per step) give the
 // same batches. Exits 77 (CTest: skipped) where set-up installed no torchrun.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -357,26 +354,10 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
     CHECK_MESSAGE(read_u16(run_dir / r) == read_u16(f.two_ranks / r), r);
 }
 
-namespace {
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-  socklen_t n = sizeof a;
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) == 0);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-}  // namespace
-
 TEST_CASE("two torchrun agents as two nodes on one box train together; the slowed node is named the straggler") {
   auto& f = fixture();
   auto cfg = write_config(f.root, "nodes", f.data);
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  const std::string endpoint = "127.0.0.1:" + std::to_string(test_util::free_port());
   // Node 1's input is held 400 ms a batch (a delay stage, pack -> rec -> slow -> h2d); node 0's not.
   auto agent = [&](int node, const std::string& delay_ms) {
     std::vector<std::string> argv = {kTorchrun, "--nnodes=2", "--node-rank=" + std::to_string(node),

@@ -1,7 +1,10 @@
 // Small helpers shared by the test executables (no doctest, no torch here).
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -129,5 +132,20 @@ class FileSizeLimit {
   rlimit old_{};
   void (*old_handler_)(int) = nullptr;
 };
+
+/// A loopback TCP port that was free a moment ago (bound to port 0, then closed): for a server a
+/// test starts, which may in rare cases lose it to another process first.
+inline int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n) != 0)
+    throw std::runtime_error("free_port: no loopback port to bind");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
 
 }  // namespace test_util

@@ -6,10 +6,10 @@
 // usage: make_unicode_table OUTPUT_CPP
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 
+#include "base/atomic_file.h"
 #include "datasets/unicode_class.h"
 
 namespace {
@@ -34,13 +34,7 @@ void write_source(const std::filesystem::path& out_path) {
     src += cp % 64 == 63 ? ",\n" : ",";
   }
   src += "};\n}  // namespace pipeline::datasets::unicode\n";
-  // Written aside and renamed, so an interrupted build never leaves half a source behind.
-  const std::filesystem::path tmp = out_path.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary);
-  out.write(src.data(), static_cast<std::streamsize>(src.size()));
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  std::filesystem::rename(tmp, out_path);
+  pipeline::write_file_atomic(out_path, src);  // an interrupted build never leaves half a source behind
 }
 
 }  // namespace

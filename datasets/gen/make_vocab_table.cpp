@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "datasets/tokenizer_files.h"
 #include "datasets/tokenizer_table.h"
 
@@ -38,13 +38,7 @@ void write_source(const std::vector<unsigned char>& table, const std::filesystem
   }
   src += ";\nextern const size_t gpt2_vocab_table_size = " + std::to_string(table.size()) +
          ";\n}  // namespace pipeline::datasets::embedded\n";
-  // Written aside and renamed, so an interrupted build never leaves half a source behind.
-  const std::filesystem::path tmp = out_path.string() + ".tmp";
-  std::ofstream out(tmp, std::ios::binary);
-  out.write(src.data(), static_cast<std::streamsize>(src.size()));
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + tmp.string());
-  std::filesystem::rename(tmp, out_path);
+  pipeline::write_file_atomic(out_path, src);  // an interrupted build never leaves half a source behind
 }
 
 }  // namespace
