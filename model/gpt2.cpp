@@ -13,6 +13,19 @@
 
 namespace pipeline::model {
 
+namespace {
+
+// y = x W^T + b through ATen's linear, not the module's forward. LibTorch's functional linear
+// (torch::nn::Linear::forward) fuses the bias only for 2-D input: on (B, T, C) activations it
+// runs a matmul and then `+= bias` as a kernel of its own, one more pass over every output in
+// the forward. at::linear folds contiguous (B, T, C) input to one GEMM with the bias in its
+// epilogue, as PyTorch's nn.Linear does.
+torch::Tensor linear(const torch::nn::Linear& layer, const torch::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias);
+}
+
+}  // namespace
+
 LayerNormImpl::LayerNormImpl(int64_t n_embd, bool with_bias) : n_embd_(n_embd) {
   weight = register_parameter("weight", torch::ones({n_embd}));
   if (with_bias) bias = register_parameter("bias", torch::zeros({n_embd}));
@@ -33,14 +46,14 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
-  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);  // 3 x (B, T, C)
+  auto qkv = linear(c_attn, x).split(n_embd_, /*dim=*/2);  // 3 x (B, T, C)
   auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
   auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
   auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
   auto y = at::scaled_dot_product_attention(q, k, v, {}, is_training() ? dropout_ : 0.0,
                                             /*is_causal=*/true);  // (B, H, T, hd)
   y = y.transpose(1, 2).contiguous().view({B, T, C});  // (B, T, C)
-  return resid_dropout(c_proj(y));
+  return resid_dropout(linear(c_proj, y));
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos,
@@ -48,7 +61,7 @@ torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, KV
   const int64_t B = x.size(0), t = x.size(1), C = x.size(2), hd = C / n_head_;
   TORCH_CHECK(t == 1 || pos == 0, "forward_cached: several positions at once only for the prompt (pos 0), got ", t,
               " at pos ", pos);
-  auto qkv = c_attn(x).split(n_embd_, /*dim=*/2);                      // 3 x (B, t, C)
+  auto qkv = linear(c_attn, x).split(n_embd_, /*dim=*/2);                      // 3 x (B, t, C)
   auto q = qkv[0].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
   auto k = qkv[1].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
   auto v = qkv[2].view({B, t, n_head_, hd}).transpose(1, 2);          // (B, H, t, hd)
@@ -64,7 +77,7 @@ torch::Tensor CausalSelfAttentionImpl::forward_cached(const torch::Tensor& x, KV
   auto y = at::scaled_dot_product_attention(q, keys, values, {}, 0.0,
                                             /*is_causal=*/t > 1);  // (B, H, t, hd)
   y = y.transpose(1, 2).contiguous().view({B, t, C});                 // (B, t, C)
-  return resid_dropout(c_proj(y));
+  return resid_dropout(linear(c_proj, y));
 }
 
 MLPImpl::MLPImpl(const GPTConfig& cfg) {
@@ -76,8 +89,8 @@ MLPImpl::MLPImpl(const GPTConfig& cfg) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
-  auto hidden = torch::gelu(c_fc(x), "tanh");  // (B, T, 4C)
-  return dropout(c_proj(hidden));  // (B, T, C)
+  auto hidden = torch::gelu(linear(c_fc, x), "tanh");  // (B, T, 4C)
+  return dropout(linear(c_proj, hidden));  // (B, T, C)
 }
 
 BlockImpl::BlockImpl(const GPTConfig& cfg) {
@@ -121,7 +134,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   auto x = drop(wte(idx) + wpe(pos));  // (B, T, C)
   for (const auto& block : *h) x = block->as<Block>()->forward(x);
   x = ln_f(x);  // (B, T, C)
-  return torch::nn::functional::linear(x, wte->weight);  // (B, T, Vp)
+  return at::linear(x, wte->weight);  // (B, T, Vp)
 }
 
 torch::Tensor GPTImpl::forward_cached(const torch::Tensor& idx, KVCache& cache) {
@@ -138,7 +151,7 @@ torch::Tensor GPTImpl::forward_cached(const torch::Tensor& idx, KVCache& cache) 
     x = h[i]->as<Block>()->forward_cached(x, cache.layers[i], pos, cache.capacity);
   cache.pos = pos + t;
   x = ln_f(x.select(1, t - 1));                           // (B, C): only the last position is needed
-  return torch::nn::functional::linear(x, wte->weight);  // (B, Vp)
+  return at::linear(x, wte->weight);  // (B, Vp)
 }
 
 std::string GPTImpl::attention_backend(int64_t T, torch::ScalarType dtype, torch::Device device) const {

@@ -4,7 +4,11 @@
 //
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops 989]
+//               [--profile TRACE.json [--profile-steps 3]]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
+// --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
+// ops and CUDA kernels) into a Chrome trace; tools/kernel_table.py sums it by kernel, beside the
+// trace of tools/eager_step.py --profile (tools/gpu_report.sh profile).
 #include "model/autocast.h"
 #include "model/captured_step.h"
 #include "model/gpt2.h"
@@ -12,6 +16,7 @@
 
 #include <ATen/DeviceAccelerator.h>
 #include <c10/core/Event.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
 #include <cstdio>
@@ -39,6 +44,8 @@ struct Options {
   bool cuda_graph = false;     // replay the step as CUDA graphs (model/captured_step.h)
   std::string matmul_precision = "high";
   double peak_tflops = 989.0;  // H100 SXM dense bf16
+  std::string profile;         // Chrome trace of a few steps after the timed ones
+  int profile_steps = 3;
 };
 
 void usage() {
@@ -46,6 +53,7 @@ void usage() {
       "usage: bench_model [--preset NAME] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
       "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
       "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
+      "                   [--profile TRACE.json] [--profile-steps N]\n"
       "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n");
 }
 
@@ -72,8 +80,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--peak-tflops") o.peak_tflops = std::stod(v);
     else if (a == "--dtype") o.dtype = v;
     else if (a == "--matmul-precision") o.matmul_precision = v;
+    else if (a == "--profile") o.profile = v;
+    else if (a == "--profile-steps") o.profile_steps = std::stoi(v);
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
   }
+  if (o.profile_steps <= 0) throw std::invalid_argument("--profile-steps must be > 0");
   if (o.batch <= 0 || o.seq <= 0 || o.steps <= 0 || o.warmup < 0) {
     throw std::invalid_argument("--batch, --seq and --steps must be > 0, --warmup >= 0");
   }
@@ -177,6 +188,20 @@ int main(int argc, char** argv) try {
     std::printf("  MFU %.1f%% (of %.0f TFLOP/s)  peak memory %.2f GiB", 100.0 * mfu,
                 o.peak_tflops, peak_gib);
   std::printf("\n");
+  if (!o.profile.empty()) {
+    // After the timing, so the profiler's own cost never enters ms/step.
+    namespace prof = torch::autograd::profiler;
+    namespace impl = torch::profiler::impl;
+    const impl::ProfilerConfig config(impl::ProfilerState::KINETO, /*report_input_shapes=*/true);
+    std::set<impl::ActivityType> activities{impl::ActivityType::CPU};
+    if (cuda) activities.insert(impl::ActivityType::CUDA);
+    prof::prepareProfiler(config, activities);
+    prof::enableProfiler(config, activities);
+    for (int i = 0; i < o.profile_steps; ++i) step();
+    if (cuda) torch::cuda::synchronize();
+    prof::disableProfiler()->save(o.profile);
+    std::printf("profile of %d steps: %s\n", o.profile_steps, o.profile.c_str());
+  }
   std::printf("result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f\n", mode.c_str(), ms, tok_s, mfu,
               peak_gib);
   return 0;

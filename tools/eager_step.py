@@ -14,6 +14,9 @@ tools/compare_cpu_step.sh runs it alternately with the pipeline (docs/figures.md
 as nanoGPT trains (TF32 matmuls, bf16 autocast, fused AdamW, optionally torch.compile):
 
     python tools/eager_step.py --device cuda --preset gpt2 --batch 16 --seq 1024 --dtype bf16 [--compile]
+
+--profile TRACE.json records --profile-steps more steps after the timed ones with torch.profiler
+(CPU ops and CUDA kernels) into a Chrome trace, for tools/kernel_table.py beside bench_model's.
 """
 import contextlib
 import argparse
@@ -86,6 +89,8 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast of the forward")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--profile", help="Chrome trace of --profile-steps steps after the timed ones")
+    ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(7)
@@ -104,13 +109,10 @@ def main():
     windows = [torch.randint(0, VOCAB, (a.batch * a.seq + 1,), device=a.device) for _ in range(8)]  # as `synthetic` cycles 8
     times = []
     start = 0.0
-    for step in range(a.warmup + a.steps):
-        if step == a.warmup:
-            sync()
-            start = time.perf_counter()
+
+    def train_step(step):
         w = windows[step % len(windows)]
         x, y = w[:-1].view(a.batch, a.seq), w[1:].view(a.batch, a.seq)
-        t0 = time.perf_counter()
         with autocast:
             logits = step_model(x)
             loss = F.cross_entropy(logits.view(-1, PADDED_VOCAB).float(), y.reshape(-1))
@@ -118,10 +120,26 @@ def main():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        return loss
+
+    for step in range(a.warmup + a.steps):
+        if step == a.warmup:
+            sync()
+            start = time.perf_counter()
+        t0 = time.perf_counter()
+        loss = train_step(step)
         if step >= a.warmup:
             times.append(1000 * (time.perf_counter() - t0))  # on CUDA: the host's issue time
     sync()
     per_step = 1000 * (time.perf_counter() - start) / a.steps
+    if a.profile:  # after the timing, so the profiler's cost never enters ms/step
+        from torch.profiler import ProfilerActivity, profile
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=activities, record_shapes=True) as prof:
+            for i in range(a.profile_steps):
+                loss = train_step(a.warmup + a.steps + i)
+            sync()
+        prof.export_chrome_trace(a.profile)
     how = ("compiled" if a.compile else "eager") + f" {a.preset} {a.batch}x{a.seq} {a.dtype} on {a.device}"
     tokens = a.batch * a.seq / (per_step / 1000)
     print(f"{how}, {a.threads} threads: {per_step:.1f} ms/step, {tokens:,.0f} tokens/s over {a.steps} steps "

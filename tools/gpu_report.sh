@@ -19,6 +19,10 @@
 #   tools/gpu_report.sh measure      check, build, benchmarks, the two runs, table
 #   tools/gpu_report.sh table        the table again, from what the last run left
 #   tools/gpu_report.sh rerun        measure again with the programs already built, no checks
+#   tools/gpu_report.sh profile      check, build bench_model, then the same step profiled in
+#                         bench_model and in PyTorch (tools/eager_step.py): profile.md, the GPU
+#                         time per kind of kernel side by side (tools/kernel_table.py), and both
+#                         traces gzipped
 #
 # On the GPU machine (one call, nothing cached; the build takes most of it):
 #   device run, carry [".gpu_debs"]:  tools/gpu_report.sh all
@@ -278,7 +282,8 @@ configure() {
 
 build() {
   local targets=(pipeline bench_model)
-  [[ $MODE == measure ]] || targets+=(test_model_gpu test_train_gpu test_distributed_gpu)
+  [[ $MODE == profile ]] && targets=(bench_model)
+  [[ $MODE == measure || $MODE == profile ]] || targets+=(test_model_gpu test_train_gpu test_distributed_gpu)
   say "building ${targets[*]} ($JOBS jobs)"
   if ! cmake --build "$BUILD" -j"$JOBS" --target "${targets[@]}" >>"$OUTDIR/build.log" 2>&1; then
     tail -40 "$OUTDIR/build.log" >&2
@@ -336,6 +341,30 @@ measure() {
       exit 1
     fi
   done
+}
+
+# The same step in both programs, profiled after its timed steps; the table of kernels by kind.
+profile() {
+  local steps=3 bench_log=$WORK/profile_bench.log eager_log=$WORK/profile_eager.log
+  say "bench_model $BENCH_ARGS --profile"
+  # shellcheck disable=SC2086  # BENCH_ARGS is a list of words
+  "$BUILD/tools/bench_model" $BENCH_ARGS --profile "$WORK/pipeline_trace.json" --profile-steps $steps \
+    >"$bench_log" 2>&1 || { tail -20 "$bench_log" >&2; echo "gpu_report: bench_model --profile failed" >&2; exit 1; }
+  say "tools/eager_step.py --profile"
+  "$TORCH_PY" "$ROOT/tools/eager_step.py" --device cuda --preset gpt2 --batch 16 --seq 1024 --dtype bf16 \
+    --steps 20 --warmup 5 --profile "$WORK/eager_trace.json" --profile-steps $steps >"$eager_log" 2>&1 ||
+    { tail -20 "$eager_log" >&2; echo "gpu_report: eager_step.py --profile failed" >&2; exit 1; }
+  { echo "## The same step, profiled: bench_model against PyTorch eager ($steps steps each)"
+    echo
+    echo '```'
+    grep -E 'ms/step' "$bench_log" "$eager_log" | sed "s|$WORK/||"
+    echo '```'
+    echo
+    "$TORCH_PY" "$ROOT/tools/kernel_table.py" "pipeline=$WORK/pipeline_trace.json:$steps" "pytorch=$WORK/eager_trace.json:$steps"
+  } >"$OUTDIR/profile.md"
+  gzip -c "$WORK/pipeline_trace.json" >"$OUTDIR/pipeline_trace.json.gz"
+  gzip -c "$WORK/eager_trace.json" >"$OUTDIR/eager_trace.json.gz"
+  cat "$OUTDIR/profile.md"
 }
 
 table() {
@@ -429,6 +458,7 @@ case $MODE in
     use_debs
     configure force
     say "all present; configured $BUILD against the unpacked packages" ;;
+  profile) prepare; build; profile ;;
   test|measure|all)
     prepare
     build
@@ -438,5 +468,5 @@ case $MODE in
     table | tee "$OUTDIR/gpu_report.md"
     exit $status
     ;;
-  *) echo "gpu_report: unknown mode '$MODE' (packages | fetch-debs | check | test | measure | all | table | rerun; see --help)" >&2; exit 2 ;;
+  *) echo "gpu_report: unknown mode '$MODE' (packages | fetch-debs | check | test | measure | all | profile | table | rerun; see --help)" >&2; exit 2 ;;
 esac
