@@ -11,6 +11,13 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "model/cross_entropy_cuda.h"
+#endif
+
 namespace pipeline::model {
 
 namespace {
@@ -236,7 +243,67 @@ class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealV
   }
 };
 
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+// The same loss on CUDA through the fused kernels (cross_entropy_cuda.h): forward keeps only
+// each row's log-sum-exp; backward computes the gradient from the logits, which it keeps
+// instead of a gradient buffer, and scales it by the incoming gradient read on the device.
+cuda_loss::Rows rows_of(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab) {
+  cuda_loss::Rows rows;
+  rows.logits = logits.data_ptr();
+  rows.bf16 = logits.scalar_type() == torch::kBFloat16;
+  rows.rows = logits.size(0);
+  rows.row_stride = logits.stride(0);
+  rows.vocab = vocab;
+  rows.padded = logits.size(1);
+  rows.targets = targets.data_ptr<int64_t>();
+  return rows;
+}
+
+torch::Tensor fused_forward(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, torch::Tensor& lse) {
+  const c10::cuda::CUDAGuard device(logits.device());
+  const auto f32 = logits.options().dtype(torch::kFloat);
+  lse = torch::empty({logits.size(0)}, f32);
+  auto row_loss = torch::empty({logits.size(0)}, f32);
+  cuda_loss::forward(rows_of(logits, targets, vocab), lse.data_ptr<float>(), row_loss.data_ptr<float>(),
+                     c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+  return row_loss.sum() / static_cast<double>(logits.size(0));  // ()
+}
+
+class CrossEntropyFusedCuda : public torch::autograd::Function<CrossEntropyFusedCuda> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, int64_t vocab) {
+    torch::Tensor lse;
+    auto loss = fused_forward(logits, targets, vocab, lse);
+    ctx->save_for_backward({logits, targets, lse});
+    ctx->saved_data["vocab"] = vocab;
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& logits = saved[0];
+    const c10::cuda::CUDAGuard device(logits.device());
+    auto incoming = grad_out[0].to(torch::kFloat).contiguous();  // 0-dim, on the device
+    auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());  // (N, Vp), contiguous
+    cuda_loss::backward(rows_of(logits, saved[1], ctx->saved_data["vocab"].toInt()), saved[2].data_ptr<float>(),
+                        incoming.data_ptr<float>(), 1.0f / static_cast<float>(logits.size(0)), grad.data_ptr(),
+                        c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+#endif
+
 }  // namespace
+
+bool fused_cross_entropy_built() {
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+  return true;
+#else
+  return false;
+#endif
+}
 
 torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
                                        int64_t chunk_rows) {
@@ -245,6 +312,16 @@ torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch:
               targets.sizes());
   TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "cross_entropy_real_vocab: vocab ", vocab, " outside [1, ",
               logits.size(1), "]");
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+  const auto dtype = logits.scalar_type();
+  if (chunk_rows <= 0 && logits.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kFloat)) {
+    auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();  // rows may be strided, columns not
+    auto ids = targets.to(logits.device(), torch::kLong).contiguous();
+    if (torch::GradMode::is_enabled() && logits.requires_grad()) return CrossEntropyFusedCuda::apply(rows, ids, vocab);
+    torch::Tensor lse;
+    return fused_forward(rows, ids, vocab, lse);
+  }
+#endif
   if (chunk_rows <= 0) chunk_rows = default_chunk_rows(logits, vocab);
   auto ids = targets.to(torch::kLong);
   if (torch::GradMode::is_enabled() && logits.requires_grad())

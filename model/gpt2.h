@@ -131,9 +131,14 @@ TORCH_MODULE(GPT);
 /// in fp32 (<= 0: about 4 MB of fp32 per chunk on the CPU, 256 MB on a GPU), and when the
 /// logits need a gradient computes it in the same pass into one (N, Vp) buffer of their dtype,
 /// which backward scales in place: no copy of the logits, sliced or widened, is ever whole.
-/// A backward through the result may run once (no retain_graph).
+/// A backward through the result may run once (no retain_graph). On CUDA (fp32 or bf16 logits,
+/// a build with PIPELINE_HAVE_CUDA_LOSS) and chunk_rows <= 0 it runs as two fused kernels
+/// instead (cross_entropy_cuda.h); a positive chunk_rows keeps the chunked path there too.
 torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
                                        int64_t chunk_rows = 0);
+
+/// Whether this build has the fused CUDA kernels that cross_entropy_real_vocab uses on CUDA.
+bool fused_cross_entropy_built();
 
 /// Copies named tensors (CPU or not, any matching dtype) into the model's parameters.
 /// Every parameter must be present with the same shape; throws naming what is missing or

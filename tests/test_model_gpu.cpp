@@ -107,6 +107,67 @@ TEST_CASE("fused AdamW on CUDA follows the CPU steps") {
   }
 }
 
+// The fused kernels (PIPELINE_HAVE_CUDA_LOSS) against the chunked ATen path on the same logits
+// (a positive chunk_rows keeps that path on CUDA): loss, gradient, the padded columns, an
+// incoming gradient other than 1, no grad mode, and no host sync. Shapes cover the 16-byte
+// path with a tail (bf16, rows 16-byte aligned), the element path (fp32 rows of 130), and
+// GPT-2's own vocabulary.
+TEST_CASE("the cross-entropy on CUDA matches the chunked loss and its gradient") {
+  if (!m::fused_cross_entropy_built()) MESSAGE("built without nvcc: both sides are the chunked ATen path");
+  struct Shape {
+    torch::ScalarType dtype;
+    int64_t rows, vocab, padded;
+  };
+  for (const Shape& sh : {Shape{torch::kBFloat16, 37, 131, 136}, Shape{torch::kFloat, 29, 127, 130},
+                          Shape{torch::kBFloat16, 64, 50257, 50304}, Shape{torch::kFloat, 16, 50257, 50304}}) {
+    CAPTURE(sh.rows);
+    CAPTURE(sh.vocab);
+    CAPTURE(sh.padded);
+    auto opts = torch::TensorOptions().device(kCuda);
+    auto base = (torch::randn({sh.rows, sh.padded}, opts) * 3.0).to(sh.dtype);
+    auto targets = torch::randint(sh.vocab, {sh.rows}, opts.dtype(torch::kLong));
+    targets[0] = 0;
+    targets[sh.rows - 1] = sh.vocab - 1;
+    auto run = [&](int64_t chunk_rows, double scale) {
+      auto logits = base.clone().requires_grad_(true);
+      auto loss = m::cross_entropy_real_vocab(logits, targets, sh.vocab, chunk_rows);
+      (loss * scale).backward();
+      return std::make_pair(loss.detach(), logits.grad());
+    };
+    const double scale = 3.5;
+    torch::Tensor fused_loss, fused_grad;
+    {
+      NoSyncScope no_sync;
+      std::tie(fused_loss, fused_grad) = run(0, scale);
+    }
+    auto [ref_loss, ref_grad] = run(8, scale);
+    CHECK((fused_loss.scalar_type() == torch::kFloat));
+    CHECK(std::isfinite(fused_loss.item<double>()));
+    CHECK(std::abs(fused_loss.item<double>() - ref_loss.item<double>()) < 1e-4 * std::abs(ref_loss.item<double>()));
+    CHECK((fused_grad.scalar_type() == sh.dtype));
+    CHECK(rel_err(fused_grad, ref_grad) < (sh.dtype == torch::kBFloat16 ? 1e-2 : 1e-5));
+    CHECK(fused_grad.narrow(1, sh.vocab, sh.padded - sh.vocab).abs().max().item<double>() == 0.0);
+    // Each row's gradient sums to 0 over the real vocabulary (softmax sums to 1, minus onehot).
+    const double row_sum = fused_grad.to(torch::kDouble).sum(1).abs().max().item<double>();
+    CHECK(row_sum < (sh.dtype == torch::kBFloat16 ? 2e-2 : 1e-6) * scale / static_cast<double>(sh.rows));
+    torch::NoGradGuard no_grad;
+    CHECK(std::abs(m::cross_entropy_real_vocab(base, targets, sh.vocab).item<double>() - ref_loss.item<double>()) <
+          1e-4 * std::abs(ref_loss.item<double>()));
+  }
+}
+
+TEST_CASE("the cross-entropy on CUDA: a strided view of the logits, and an id outside the vocabulary") {
+  auto opts = torch::TensorOptions().device(kCuda);
+  auto wide = torch::randn({12, 100}, opts);
+  auto view = wide.narrow(1, 0, 72);  // rows 100 apart, 72 columns, 70 of them real
+  auto targets = torch::randint(70, {12}, opts.dtype(torch::kLong));
+  CHECK(std::abs(m::cross_entropy_real_vocab(view, targets, 70).item<double>() -
+                 m::cross_entropy_real_vocab(view, targets, 70, 4).item<double>()) < 1e-5);
+  if (!m::fused_cross_entropy_built()) return;  // ATen's gather would stop the process on a bad id
+  targets[3] = 70;  // not a real id: the loss says so (NaN) instead of reading outside the row
+  CHECK(std::isnan(m::cross_entropy_real_vocab(view, targets, 70).item<double>()));
+}
+
 TEST_CASE("bf16 autocast forward on CUDA") {
   auto cfg = tiny(512);
   m::GPT model(cfg, 4);
