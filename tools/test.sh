@@ -60,23 +60,38 @@ fi
 
 # Fuzzing: each target starts from a copy of its committed seeds (new inputs it finds go to
 # build-fuzz/corpus/, crashes to build-fuzz/crashes/) and fails the run on any finding.
+# The targets run side by side, as many at once as there are cores.
+fuzz_one() {
+  local name=$1 seeds=$2 corpus=$BUILD/corpus/$1
+  mkdir -p "$corpus" "$BUILD/crashes"
+  "$BUILD/tests/fuzz/$name" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="$BUILD/crashes/$name-" "$corpus" "$seeds" 2>"$BUILD/$name.log"
+}
 failed=()
+declare -A running=()  # pid -> target
+reap() {  # waits for one target to end and reports it
+  local pid name
+  wait -n -p pid "${!running[@]}" && status=0 || status=$?
+  name=${running[$pid]}
+  unset "running[$pid]"
+  if ((status != 0)); then
+    failed+=("$name")
+    tail -40 "$BUILD/$name.log" >&2
+  fi
+  echo "== $name: $(grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE" "$BUILD/$name.log" | tr '\n' ' ')" >&2
+}
 for seeds in "$ROOT"/tests/fuzz/corpus/*/; do
   name=$(basename "$seeds")
   if [[ ! -x $BUILD/tests/fuzz/$name ]]; then  # fuzz_parquet without PIPELINE_WITH_PARQUET
     echo "== $name: not built in this configuration, skipped" >&2
     continue
   fi
-  corpus=$BUILD/corpus/$name
-  mkdir -p "$corpus" "$BUILD/crashes"
+  while ((${#running[@]} >= $(nproc))); do reap; done
   echo "== $name: ${FUZZ_SECONDS}s from $(ls "$seeds" | wc -l) seeds" >&2
-  if ! "$BUILD/tests/fuzz/$name" -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-       -artifact_prefix="$BUILD/crashes/$name-" "$corpus" "$seeds" 2>"$BUILD/$name.log"; then
-    failed+=("$name")
-    tail -40 "$BUILD/$name.log" >&2
-  fi
-  grep -E "^stat::number_of_executed_units|^#[0-9]+ +DONE" "$BUILD/$name.log" | tr '\n' ' ' >&2; echo >&2
+  fuzz_one "$name" "$seeds" &
+  running[$!]=$name
 done
+while ((${#running[@]})); do reap; done
 if ((${#failed[@]})); then
   echo "fuzz: findings in ${failed[*]} (inputs in $BUILD/crashes/)" >&2
   exit 1
