@@ -119,6 +119,7 @@ void Runtime::fault(EngineSite site, const StageRt& st, std::exception_ptr e) no
     // Out of memory for the message: the run still ends (below), as "aborted".
   }
   aborted.store(true);
+  cancelled.store(true);
   std::lock_guard lock(timer_mu);
   if (flow) flow->cancel();
 }

@@ -379,14 +379,16 @@ void Invocation::flush() {
 void Invocation::wait_for_place(EdgeRt* e) {
   if (e->credits.take_place()) return;
   // The edge is full: this thread (an own-thread stage's) waits for a place, and the time counts
-  // as blocked, not busy. After a failure the item goes on anyway (it is dropped downstream):
-  // nothing may wait for a consumer that no longer runs.
+  // as blocked, not busy. After a failure (or an abort) the wait goes on: the consumer still
+  // takes its inputs, dropping them, until the end of stream has passed, and the edge keeps its
+  // bound. Only a cancelled graph (an error of the engine's own code, Runtime::fault) may never
+  // take again; then the item goes on owed, and nobody reads the bound of a cancelled run.
   const int64_t t0 = now_ns();
   const bool stats = rt_.opts.stats && t_start_;
   st_.placing.fetch_add(1);
   if (stats) c_->busy_since.store(0, std::memory_order_relaxed);
   while (!e->credits.take_place()) {
-    if (rt_.failing()) {
+    if (rt_.graph_cancelled()) {
       e->credits.extra(1, 0);  // owed: the edge's count stays right
       break;
     }

@@ -293,6 +293,9 @@ struct Runtime {
 
   std::atomic<int> stop_level{0};
   std::atomic<bool> aborted{false};
+  // The flow graph was cancelled (Runtime::fault): its tasks may never run again, so nothing may
+  // wait for a consumer to take an item. After any other failure the graph still drains.
+  std::atomic<bool> cancelled{false};
   int64_t t0 = 0;
   // Guards timer and flow (an abort may come from the monitor, a fault from any thread, during
   // teardown).
@@ -323,6 +326,7 @@ struct Runtime {
   void abort();
   bool failing() const { return aborted.load(std::memory_order_relaxed); }
   bool stopping() const { return stop_level.load(std::memory_order_relaxed) > 0; }
+  bool graph_cancelled() const { return cancelled.load(std::memory_order_relaxed); }
   StageRt* find(const std::string& name) const;
 };
 

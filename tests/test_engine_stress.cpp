@@ -469,6 +469,22 @@ TEST_CASE("a merging stage feeding an ordered stage never admits a later number 
   }
 }
 
+// A graph that once broke a bound (CI, ASan; about one run in three): s3, an own-thread stage,
+// feeds s4 through a routing filter, so it takes its place on that edge when it emits (on
+// demand) and waits when the edge is full. When s5 failed, the waiting s3 gave up and put its
+// item on the full edge (5 items, capacity 4); after a failure the consumer still drains, so
+// the wait must go on.
+TEST_CASE("an own-thread stage waiting for a place on a filtered edge keeps waiting after a failure (seed 470034447)") {
+  REQUIRE(g_registered);
+  const uint64_t runs = env_u64("PIPELINE_STRESS_REPLAYS", 200);
+  double longest_s = 0;
+  for (uint64_t i = 0; i < runs; ++i) {
+    auto problems = run_plan(generate(470034447), longest_s);
+    for (const auto& pr : problems) FAIL_CHECK("run " << i << ": " << pr);
+    if (!problems.empty()) break;
+  }
+}
+
 TEST_CASE("the generator is deterministic and its path counts follow the routing filters") {
   Plan a = generate(12345), b = generate(12345);
   CHECK(describe(a) == describe(b));
