@@ -21,6 +21,7 @@
 #include <httplib.h>
 
 #include "base/json.h"
+#include "base/thread_name.h"
 #include "graph/observe/live_page.h"
 #include "graph/observe/prometheus.h"
 
@@ -105,7 +106,11 @@ class LiveServer::Pool : public httplib::TaskQueue {
  public:
   Pool(int threads, int queue, std::function<void()> gone)
       : most_(static_cast<size_t>(std::max(1, queue))), gone_(std::move(gone)) {
-    for (int i = 0; i < std::max(1, threads); ++i) threads_.emplace_back([this] { work(); });
+    for (int i = 0; i < std::max(1, threads); ++i)
+      threads_.emplace_back([this] {
+        name_this_thread("live-worker");
+        work();
+      });
   }
   ~Pool() override {
     shutdown();
@@ -261,6 +266,7 @@ LiveServer::LiveServer(LiveServerOptions opts) : opts_(std::move(opts)) {
     bodies_ = std::move(empty);
   }
   listener_ = std::thread([this] {
+    name_this_thread("live-listener");
     block_sigpipe();
     http_->listen_after_bind();
   });

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include "base/atomic_file.h"
+#include "base/thread_name.h"
 #include "graph/observe/autotune.h"
 #include "base/json.h"
 
@@ -43,7 +44,10 @@ void Monitor::start() {
     window_.busy.assign(rt_.stages.size(), 0);
     last_sample_ = rt_.t0;
   }
-  thread_ = std::thread([this] { main(); });
+  thread_ = std::thread([this] {
+    name_this_thread("monitor");
+    main();
+  });
 }
 
 void Monitor::stop() {
