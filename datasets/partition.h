@@ -94,6 +94,10 @@ struct DocMark {
 };
 
 struct Partition {
+  Partition() = default;
+  Partition(uint32_t r, uint32_t w, std::shared_ptr<const DataProgress> d = nullptr)
+      : rank(r), world(w), done(std::move(d)) {}
+
   uint32_t rank = 0;   // this reader's rank, in [0, world)
   uint32_t world = 1;  // ranks reading the split together (1: the whole split)
   /// What earlier runs consumed (resume); null: nothing.

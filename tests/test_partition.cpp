@@ -30,8 +30,9 @@ namespace {
 
 fs::path temp_dir(const std::string& tag) { return test_util::fresh_dir("partition", tag); }
 
-// `count` one-line documents of varied length, cut into several small shards.
-fs::path make_dataset(const std::string& tag, int count, bool tokens) {
+// `count` one-line documents of varied length, cut into several small shards (text, token or
+// llm.c shards).
+fs::path make_dataset(const std::string& tag, int count, bool tokens, bool llmc = false) {
   auto dir = temp_dir(tag);
   {
     std::ofstream in(dir / "in.txt");
@@ -44,6 +45,7 @@ fs::path make_dataset(const std::string& tag, int count, bool tokens) {
   PrepareOptions o;
   o.out_dir = dir / "data";
   o.tokens = tokens;
+  o.llmc = llmc;
   o.rule = DocumentRule::lines;
   o.val_fraction = 0;
   o.shard_size = 300;  // a few dozen bytes of text per document: several shards
@@ -320,29 +322,33 @@ TEST_CASE("progress: a document is consumed when a layer's frontier is past it; 
   CHECK(p.consumed(key(3)) == 0);
   CHECK(p.consumed(key(5)) == 0);
   CHECK(p.start() == key(3));
-  // Three ranks go on from there: document d % 3 == r, left by the layer before.
-  p.add({3, false, {{key(9), 0}, {key(7), 2}, {key(5), 1}}});
-  REQUIRE(p.layers.size() == 2);  // the first still says something (document 6's first tokens)
-  CHECK(p.consumed(key(6)) == 3);
+  // Three ranks go on from there, each with documents d % 3 == r that the layer before left:
+  // rank 0 read 6's last tokens and 9, rank 1 none yet (4 was read before), rank 2 1 token of 5.
+  p.add({3, false, {{key(12), 0}, {key(4), 0}, {key(5), 1}}});
+  REQUIRE(p.layers.size() == 2);  // the first still says something: document 4 was read
+  CHECK(p.consumed(key(4)) == DataProgress::kAll);
+  CHECK(p.consumed(key(6)) == DataProgress::kAll);
+  CHECK(p.consumed(key(9)) == DataProgress::kAll);
   CHECK(p.consumed(key(5)) == 1);
-  CHECK(p.consumed(key(7)) == 2);
-  CHECK(p.consumed(key(3)) == DataProgress::kAll);
-  CHECK(p.start() == key(5));
+  CHECK(p.consumed(key(7)) == 0);
+  CHECK(p.consumed(key(8)) == 0);
+  CHECK(p.start() == key(4));
   // A run past every frontier of both makes them redundant.
-  p.add({1, false, {{key(12), 4}}});
+  p.add({1, false, {{key(13), 4}}});
   CHECK(p.layers.size() == 1);
-  CHECK(p.consumed(key(11)) == DataProgress::kAll);
-  CHECK(p.consumed(key(12)) == 4);
+  CHECK(p.consumed(key(12)) == DataProgress::kAll);
+  CHECK(p.consumed(key(13)) == 4);
   CHECK(contains(error_of([&] { p.add({2, false, {{key(1), 0}}}); }), "a run of 2 ranks with 1 positions"));
 }
 
 TEST_CASE("resumed on any number of ranks, the ranks together read every token of the epoch once") {
   auto text = make_dataset("resplit_text", 200, false);
   auto tokens = make_dataset("resplit_tokens", 200, true);
+  auto llmc = make_dataset("resplit_llmc", 200, true, /*llmc=*/true);
   // Uneven amounts per rank and run, so that the ranks stop at different places, often inside a
   // document, and a run resumes from places that several runs left behind.
   auto take = [](size_t run, uint32_t rank) { return 23 + 17 * run + 41 * rank + 7 * (run * rank % 3); };
-  for (auto [kind, dir] : {std::pair{Source::text, text}, std::pair{Source::tokens, tokens}}) {
+  for (auto [kind, dir] : {std::pair{Source::text, text}, std::pair{Source::tokens, tokens}, std::pair{Source::tokens, llmc}}) {
     auto whole = stream(kind, {dir}, {});
     std::sort(whole.begin(), whole.end());
     REQUIRE(std::adjacent_find(whole.begin(), whole.end()) == whole.end());
@@ -350,8 +356,8 @@ TEST_CASE("resumed on any number of ranks, the ranks together read every token o
              {2, 1}, {2, 3}, {1, 2}, {3, 2}, {2, 3, 1}, {2, 2, 2}, {3, 1, 4, 2}}) {
       auto got = runs(kind, {dir}, worlds, take);
       std::sort(got.begin(), got.end());
-      CHECK_MESSAGE(got == whole, (kind == Source::text ? "text, " : "tokens, ") << describe(worlds) << ": read "
-                                                                                 << got.size() << " of " << whole.size());
+      CHECK_MESSAGE(got == whole, dir.parent_path().filename().string() << ", " << describe(worlds) << ": read "
+                                                                       << got.size() << " of " << whole.size());
     }
   }
 }
