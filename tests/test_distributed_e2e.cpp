@@ -14,7 +14,8 @@
 //     a delay on one node's input makes it the straggler the summary names.
 //   - A checkpoint of 2 ranks resumes on 1 and on 3 (text shards, token shards): grad_accum adapts
 //     so that a step trains the same 6 micro-batches; the tokens of the steps before and after are
-//     those of one uninterrupted process, step by step, and so are the losses and the weights.
+//     those of one uninterrupted process, step by step, and so are the losses (within 1e-5); the
+//     weights are those of the 2 ranks that went on (within 5e-5).
 // The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
 // both ways of reading (round-robin by document over two ranks; in order, two per step) give the
 // same batches. Exits 77 (CTest: skipped) where set-up installed no torchrun.
@@ -466,24 +467,39 @@ std::vector<std::vector<std::vector<uint16_t>>> steps_of(const std::vector<fs::p
   return out;
 }
 
-// 2 ranks train 10 steps; copies of their run continue to step 14 on 1 process and on 3 ranks.
+// A copy of a finished run taken back to its checkpoint of step `step`, as if it had stopped there
+// (the learning-rate schedule is that of the whole run's steps): later checkpoints and metrics go,
+// and so do the recorded batches, so that the resumed run records only its own.
+fs::path stopped_copy(const fs::path& run, const fs::path& dir, int step) {
+  fs::copy(run, dir, fs::copy_options::recursive);
+  for (const auto& c : stages::checkpoints_newest_first(dir))
+    if (model::read_checkpoint(c.string()).step > step) fs::remove(c);
+  std::string kept;
+  std::istringstream lines(test_util::read_file(dir / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (json_parse(line).number("step") <= step) kept += line + "\n";
+  test_util::write_file(dir / "metrics.jsonl", kept);
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().rfind("batches.", 0) == 0) fs::remove(e.path());
+  return dir;
+}
+
+// 2 ranks train 14 steps; copies of their run taken back to step 10 continue on 1 process and on 3 ranks.
 void check_resplit(const std::string& tag, const fs::path& data, const std::string& input) {
   auto& f = resplit();
   auto sets = common_sets();
-  sets.insert(sets.end(), {"training.grad_accum=3", "training.steps=" + std::to_string(kBefore)});
+  sets.insert(sets.end(), {"training.grad_accum=3", "training.steps=" + std::to_string(kAfter)});
   run_torchrun(write_config(f.root, tag + "_two", data, input), false, sets, f.root / (tag + "_two.log"));
   const fs::path two = f.root / (tag + "_two");
   auto ref_losses = read_losses(f.one);
   auto ref_steps = steps_of({f.one / "batches.u16"}, kAfter);
-  auto before = steps_of({two / "batches.rank0.u16", two / "batches.rank1.u16"}, kBefore);
+  auto before = steps_of({two / "batches.rank0.u16", two / "batches.rank1.u16"}, kAfter);
   for (int s = 0; s < kBefore; ++s) CHECK_MESSAGE(before[static_cast<size_t>(s)] == ref_steps[static_cast<size_t>(s)], tag << ": step " << s + 1);
 
   for (int ranks : {1, 3}) {
-    const fs::path dir = f.root / (tag + "_two_on_" + std::to_string(ranks));
-    fs::copy(two, dir, fs::copy_options::recursive);
-    for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"}) fs::remove(dir / r);  // the steps after, alone
+    const fs::path dir = stopped_copy(two, f.root / (tag + "_two_on_" + std::to_string(ranks)), kBefore);
     const fs::path log = f.root / (tag + "_on_" + std::to_string(ranks) + ".log");
-    run_torchrun(dir, true, {"training.steps=" + std::to_string(kAfter)}, log, ranks);
+    run_torchrun(dir, true, {}, log, ranks);
     const auto out = test_util::read_file(log);
     INFO(tag << ", 2 ranks -> " << ranks << ":\n" << out);
     CHECK(contains(out, "resuming a checkpoint of 2 ranks on " +
@@ -499,14 +515,23 @@ void check_resplit(const std::string& tag, const fs::path& data, const std::stri
     // The losses go on as the uninterrupted run's (the sums are taken in another order).
     auto got = read_losses(dir);
     REQUIRE(got.size() == static_cast<size_t>(kAfter));
-    std::printf("%s, 2 ranks -> %d: step: loss (uninterrupted, 1 process)\n", tag.c_str(), ranks);
+    auto two_losses = read_losses(two);
+    std::printf("%s, 2 ranks -> %d: step, loss (2 ranks uninterrupted; 1 process uninterrupted)\n", tag.c_str(), ranks);
     for (int s = kBefore - 2; s <= kAfter; ++s) {
-      std::printf("  %2d%s: %s (%s)\n", s, s > kBefore ? " resumed" : "        ", got[s].c_str(), ref_losses[s].c_str());
+      std::printf("  %2d %s %s (%s; %s)\n", s, s > kBefore ? "resumed" : "before ", got[s].c_str(), two_losses[s].c_str(),
+                  ref_losses[s].c_str());
       CHECK_MESSAGE(std::stod(got[s]) == doctest::Approx(std::stod(ref_losses[s])).epsilon(1e-5), "step " << s);
     }
-    double diff = weight_difference(final_checkpoint(dir), final_checkpoint(f.one));
+    // The weights: those of the 2 ranks that went on. (Against one process, the 2 ranks themselves
+    // differ by about 3e-4 after 14 steps: gradients summed in another order, magnified by Adam
+    // where a gradient is near eps.)
+    double diff = weight_difference(final_checkpoint(dir), final_checkpoint(two));
+    std::printf("  largest relative weight difference at step %d: %.3g against the 2 ranks, %.3g against the process "
+                "(the 2 ranks: %.3g)\n",
+                kAfter, diff, weight_difference(final_checkpoint(dir), final_checkpoint(f.one)),
+                weight_difference(final_checkpoint(two), final_checkpoint(f.one)));
     INFO("largest relative weight difference " << diff);
-    CHECK(diff < 1e-5);
+    CHECK(diff < 5e-5);
   }
 }
 
@@ -522,9 +547,8 @@ TEST_CASE("a 2-rank checkpoint resumes on 1 and 3 ranks: the same steps, tokens 
 
 TEST_CASE("a global batch that the new number of ranks cannot share is refused with the sizes that fit") {
   auto& f = fixture();  // 2 ranks x grad_accum 1: 2 micro-batches a step
-  const fs::path dir = f.root / "two_on_3";
-  fs::copy(f.two_ranks, dir, fs::copy_options::recursive);
-  Launch l = torchrun(dir, true, {"training.steps=12"}, f.root / "two_on_3.log", 3);
+  const fs::path dir = stopped_copy(f.two_ranks, f.root / "two_on_3", 8);
+  Launch l = torchrun(dir, true, {}, f.root / "two_on_3.log", 3);
   int code = test_util::wait_exit(l.pid, std::chrono::seconds(240));
   auto log = test_util::read_file(f.root / "two_on_3.log");
   INFO(log);
