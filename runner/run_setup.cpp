@@ -182,6 +182,9 @@ std::string adapt_grad_accum(const std::string& metadata, const RunRequest& req,
   const int64_t before = cfg.training.grad_accum;
   cfg.training.grad_accum = b.grad_accum;
   if (b.written_by == world && b.grad_accum == before) return "";
+  for (auto& sec : cfg.sections)  // the settings table shows what the run trains with, and why
+    if (sec.name() == "training")
+      sec.set("grad_accum", b.grad_accum, config::Location{"checkpoint", 0});
   auto ranks = [](int n) { return n == 1 ? std::string("1 process") : std::to_string(n) + " ranks"; };
   return "resuming a checkpoint of " + ranks(b.written_by) + " on " + ranks(world) + ": grad_accum " +
          std::to_string(b.grad_accum) + " (it was " + std::to_string(b.written_grad_accum) + "), the same " +

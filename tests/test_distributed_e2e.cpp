@@ -416,6 +416,16 @@ namespace {
 // 6 micro-batches a step: 2 ranks x grad_accum 3, then 1 x 6 or 3 x 2.
 constexpr int kMicro = 6, kBefore = 10, kAfter = 14;
 
+// common_sets, with `grad_accum`, kAfter steps and a checkpoint every `every` steps (each is
+// 40 MB: the tiny model's optimizer state over GPT-2's vocabulary).
+std::vector<std::string> resplit_sets(int grad_accum, int every) {
+  auto sets = common_sets();
+  for (auto& s : sets)
+    if (s.rfind("checkpoint.every=", 0) == 0) s = "checkpoint.every=" + std::to_string(every);
+  sets.insert(sets.end(), {"training.grad_accum=" + std::to_string(grad_accum), "training.steps=" + std::to_string(kAfter)});
+  return sets;
+}
+
 // Letters documents (one batch each) as text and token shards, and one process training 14 steps
 // of 6 micro-batches on them: the reference every resumed run is held to.
 struct Resplit {
@@ -431,9 +441,7 @@ struct Resplit {
     o.threads = 1;
     pipeline::datasets::prepare_dataset({root / "letters.txt"}, o);
     tokens = o.out_dir;
-    auto sets = common_sets();
-    sets.insert(sets.end(), {"training.grad_accum=" + std::to_string(kMicro), "training.steps=" + std::to_string(kAfter)});
-    run_torchrun(write_config(root, "one", text), false, sets, root / "one.log", 1);
+    run_torchrun(write_config(root, "one", text), false, resplit_sets(kMicro, 0), root / "one.log", 1);
     one = root / "one";
   }
 };
@@ -468,12 +476,16 @@ std::vector<std::vector<std::vector<uint16_t>>> steps_of(const std::vector<fs::p
 }
 
 // A copy of a finished run taken back to its checkpoint of step `step`, as if it had stopped there
-// (the learning-rate schedule is that of the whole run's steps): later checkpoints and metrics go,
-// and so do the recorded batches, so that the resumed run records only its own.
+// (the learning-rate schedule is that of the whole run's steps): that checkpoint alone, the metrics
+// up to it, and no recorded batches, so that the resumed run records only its own.
 fs::path stopped_copy(const fs::path& run, const fs::path& dir, int step) {
-  fs::copy(run, dir, fs::copy_options::recursive);
-  for (const auto& c : stages::checkpoints_newest_first(dir))
-    if (model::read_checkpoint(c.string()).step > step) fs::remove(c);
+  fs::create_directories(dir / "checkpoints");
+  for (const auto& e : fs::directory_iterator(run))
+    if (e.path().filename() != "checkpoints") fs::copy(e.path(), dir / e.path().filename(), fs::copy_options::recursive);
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08d.ckpt", step);
+  REQUIRE(fs::exists(run / "checkpoints" / name));
+  fs::copy_file(run / "checkpoints" / name, dir / "checkpoints" / name);
   std::string kept;
   std::istringstream lines(test_util::read_file(dir / "metrics.jsonl"));
   for (std::string line; std::getline(lines, line);)
@@ -487,9 +499,7 @@ fs::path stopped_copy(const fs::path& run, const fs::path& dir, int step) {
 // 2 ranks train 14 steps; copies of their run taken back to step 10 continue on 1 process and on 3 ranks.
 void check_resplit(const std::string& tag, const fs::path& data, const std::string& input) {
   auto& f = resplit();
-  auto sets = common_sets();
-  sets.insert(sets.end(), {"training.grad_accum=3", "training.steps=" + std::to_string(kAfter)});
-  run_torchrun(write_config(f.root, tag + "_two", data, input), false, sets, f.root / (tag + "_two.log"));
+  run_torchrun(write_config(f.root, tag + "_two", data, input), false, resplit_sets(3, kBefore), f.root / (tag + "_two.log"));
   const fs::path two = f.root / (tag + "_two");
   auto ref_losses = read_losses(f.one);
   auto ref_steps = steps_of({f.one / "batches.u16"}, kAfter);
