@@ -582,7 +582,8 @@ void print_table(std::ostream& os, const std::vector<Section>& sections) {
       const auto& [v, loc] = s.values().at(k);
       std::string val = value_to_string(v);
       if (val.size() > 48) val = val.substr(0, 45) + "...";
-      std::string from = loc.source == "default" ? "default" : loc.source == "--set" ? "--set" : "line " + std::to_string(loc.line);
+      // "default", "--set", a line of the file, or what else set it (a resumed checkpoint).
+      std::string from = loc.line > 0 ? "line " + std::to_string(loc.line) : loc.source;
       os << "| " << std::left << std::setw(static_cast<int>(wk)) << (s.name() + "." + k) << " | "
          << std::setw(static_cast<int>(wv)) << val << " | " << std::setw(20) << from << " |\n";
     }

@@ -81,6 +81,10 @@ void SplitCursor::open(const std::filesystem::path& manifest_dir, const std::str
     throw DatasetError(source + ": split \"" + split + "\" holds " + std::to_string(documents) +
                        " documents, too few to give one to each of " + std::to_string(options.partition.world) +
                        " data-parallel ranks (rank " + std::to_string(options.partition.rank) + " would read nothing)");
+  // Resumed: start at the first document that may hold something left. For tokens that document's
+  // first token is an end-of-text id at a known offset, so the filter starts there.
+  const DocKey resume_at = options.partition.done ? options.partition.done->start() : DocKey{};
+  if (options.partition.done) start = DatasetPosition{resume_at.shard, resume_at.item, resume_at.epoch};
   bool at_epoch_end = start.shard == shards_.size() && start.item == 0;
   if (start.shard > shards_.size() || (start.shard == shards_.size() && !at_epoch_end))
     throw DatasetError(source + ": position " + start.str() + " is past the split \"" + split + "\", which has " +
@@ -97,12 +101,20 @@ void SplitCursor::open(const std::filesystem::path& manifest_dir, const std::str
   kind_ = kind;
   position_ = start;
   open_ = true;
+  pending_.reset();
   if (!at_epoch_end && start.item > 0) {
     current();
-    if (kind == ShardKind::tokens && partitioned())
-      skip_filtered(start.item);
-    else
+    if (kind == ShardKind::text) {
       reader_->skip(start.item);
+    } else if (options.partition.done) {
+      reader_->skip(start.item);
+      filter_ = TokenDocumentFilter(options_.partition, resume_at, kShardEotId);
+    } else {
+      // A position inside a document: the filter reads up to it from the shard's start, to know
+      // which document it falls in (and whether this rank keeps it).
+      skip_filtered(start.item);
+      pending_ = filter_.continuation();
+    }
   }
 }
 
@@ -131,8 +143,9 @@ ShardReader* SplitCursor::current() {
   }
   bool hash = !verified_[position_.shard];
   reader_ = std::make_unique<ShardReader>(dir_ / shards_[position_.shard].name, kind_, hash);
-  if (kind_ == ShardKind::tokens && partitioned())
-    filter_ = TokenDocumentFilter(options_.partition, first_document_[position_.shard], kShardEotId);
+  if (kind_ == ShardKind::tokens)
+    filter_ = TokenDocumentFilter(options_.partition,
+                                  {position_.epoch, position_.shard, 0, first_document_[position_.shard]}, kShardEotId);
   const ShardInfo& info = shards_[position_.shard];
   const ShardHeader& h = reader_->header();
   if (h.documents != info.documents || h.items != info.items)
@@ -166,15 +179,18 @@ void TextDatasetReader::open(const std::filesystem::path& manifest_dir, const st
   c_.open(manifest_dir, split, start, loop, options, ShardKind::text);
 }
 
-bool TextDatasetReader::next(std::string& document) {
+bool TextDatasetReader::next(std::string& document, DocMark* mark) {
   for (;;) {
     ShardReader* r = c_.current();
     if (!r) return false;
-    const bool mine = c_.owns_next_document();  // another rank's documents are read and dropped
+    // Another rank's documents, and those consumed whole before a resume, are read and dropped.
+    const DocKey key = c_.next_document();
+    const uint64_t skip = c_.options_.partition.take(key, key.ordinal);
     if (r->next_document(document)) {
       c_.consumed(1);
-      if (mine) return true;
-      continue;
+      if (skip == DataProgress::kAll) continue;
+      if (mark) *mark = DocMark{0, key, 0, skip, false};
+      return true;
     }
     c_.shard_done();
   }
@@ -194,7 +210,7 @@ void TokenDatasetReader::open(const std::filesystem::path& manifest_dir, const s
   llmc_.reset();
   if (is_llmc_dataset(manifest_dir)) {
     llmc_ = std::make_unique<LlmcSplitReader>();
-    llmc_->open(manifest_dir, split, start, loop);
+    llmc_->open(manifest_dir, split, start, loop, options.partition);
     return;
   }
   c_.open(manifest_dir, split, start, loop, options, ShardKind::tokens);
@@ -204,8 +220,12 @@ DatasetPosition TokenDatasetReader::position() const { return llmc_ ? llmc_->pos
 
 const Manifest& TokenDatasetReader::manifest() const { return llmc_ ? llmc_->manifest() : c_.manifest_; }
 
-size_t TokenDatasetReader::read(std::span<uint16_t> out) {
-  if (llmc_) return llmc_->read(out);
+size_t TokenDatasetReader::read(std::span<uint16_t> out, std::vector<DocMark>* marks) {
+  if (llmc_) return llmc_->read(out, marks);
+  if (c_.pending_ && !out.empty()) {
+    if (marks) marks->push_back(*c_.pending_);
+    c_.pending_.reset();
+  }
   size_t filled = 0;
   while (filled < out.size()) {
     ShardReader* r = c_.current();
@@ -213,8 +233,13 @@ size_t TokenDatasetReader::read(std::span<uint16_t> out) {
     auto room = out.subspan(filled);
     size_t n = r->read_tokens(room);
     c_.consumed(n);
-    // Partitioned: keep this rank's documents, compacting them to the front of `room`.
-    filled += c_.partitioned() ? c_.filter_.filter(room.first(n), room.data()) : n;
+    // Keep this rank's documents (all of them, on one rank), compacting them to the front of
+    // `room`, and mark where each starts.
+    const size_t first_mark = marks ? marks->size() : 0;
+    const size_t kept = c_.filter_.filter(room.first(n), room.data(), marks);
+    if (marks)
+      for (size_t i = first_mark; i < marks->size(); ++i) (*marks)[i].at += static_cast<uint32_t>(filled);
+    filled += kept;
     if (r->finished()) c_.shard_done();
   }
   return filled;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +34,8 @@ struct DatasetReaderOptions {
   VerifyMode verify = VerifyMode::on_open;
   /// Data-parallel ranks: read only this rank's documents (partition.h). Positions still count
   /// every document (text) or token (tokens) of the shard, so they mean the same on every rank.
+  /// With `partition.done` (a resume), the reader starts at the first document left and ignores
+  /// the start position it is given.
   Partition partition = {};
 };
 
@@ -47,12 +50,13 @@ class SplitCursor {
   ShardReader* current();
   /// The current shard ended: check its hash if asked, move to the next.
   void shard_done();
-  /// Tokens, partitioned: skips `tokens` tokens of the current shard through the filter.
+  /// Tokens: skips `tokens` tokens of the current shard through the filter.
   void skip_filtered(uint64_t tokens);
   void consumed(uint64_t items) { position_.item += items; }
-  /// Text: whether the partition owns the document at the current position.
-  bool owns_next_document() const { return options_.partition.owns(first_document_[position_.shard] + position_.item); }
-  bool partitioned() const { return !options_.partition.whole(); }
+  /// Text: the document at the current position.
+  DocKey next_document() const {
+    return {position_.epoch, position_.shard, position_.item, first_document_[position_.shard] + position_.item};
+  }
 
   DatasetPosition position_;
   Manifest manifest_;
@@ -67,7 +71,8 @@ class SplitCursor {
   ShardKind kind_ = ShardKind::text;
   size_t high_water_ = 0;
   std::vector<uint64_t> first_document_;  // per shard: global index of its first document
-  TokenDocumentFilter filter_;            // tokens, partitioned: the current shard's filter
+  TokenDocumentFilter filter_;            // tokens: the current shard's filter
+  std::optional<DocMark> pending_;        // tokens: the document a resumed stream continues
 };
 }  // namespace detail
 
@@ -80,8 +85,9 @@ class TextDatasetReader {
  public:
   void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start = {},
             bool loop = false, DatasetReaderOptions options = {});
-  /// The next document; false at the end of the split when not looping.
-  bool next(std::string& document);
+  /// The next document; false at the end of the split when not looping. `mark` (optional)
+  /// receives its place and the tokens of it to drop (partition.h).
+  bool next(std::string& document, DocMark* mark = nullptr);
   DatasetPosition position() const { return c_.position_; }
   const Manifest& manifest() const { return c_.manifest_; }
   /// Most memory any of this reader's shard readers held at once (buffers + zstd context).
@@ -105,8 +111,10 @@ class TokenDatasetReader {
   void open(const std::filesystem::path& manifest_dir, const std::string& split, DatasetPosition start = {},
             bool loop = false, DatasetReaderOptions options = {});
   /// Fills `out` as far as the data goes, crossing shard (and, when looping, epoch) boundaries;
-  /// returns the count, 0 only at the end of a non-looping split.
-  size_t read(std::span<uint16_t> out);
+  /// returns the count, 0 only at the end of a non-looping split. `marks` (optional) receives a
+  /// mark per document that starts in `out` (at: its index there), and one at 0 for the document
+  /// a resumed stream continues.
+  size_t read(std::span<uint16_t> out, std::vector<DocMark>* marks = nullptr);
   DatasetPosition position() const;
   const Manifest& manifest() const;
   size_t memory_high_water() const;

@@ -51,12 +51,16 @@ void MixedDocumentReader::open(const std::vector<MixSource>& sources, const std:
   draws_ = start.draws;
 }
 
-void MixedDocumentReader::next(std::string& document, size_t* source) {
-  for (;;) {  // with a partition, other ranks' draws are read and dropped
+void MixedDocumentReader::next(std::string& document, size_t* source, DocMark* mark) {
+  for (;;) {  // with a partition, other ranks' draws (and, resumed, those consumed) are read and dropped
     const size_t i = mix_pick(cumulative_, seed_, draws_);
     if (!sources_[i].next(document)) throw DatasetError("dataset mix: source " + std::to_string(i) + " ran dry");
-    if (!partition_.owns(draws_++)) continue;
+    const DocKey key{0, 0, draws_, draws_};
+    ++draws_;
+    const uint64_t skip = partition_.take(key, key.ordinal);
+    if (skip == DataProgress::kAll) continue;
     if (source) *source = i;
+    if (mark) *mark = DocMark{0, key, 0, skip, false};
     return;
   }
 }

@@ -26,8 +26,11 @@ class MixedDocumentReader {
   /// Parquet's text column.
   void open(const std::vector<MixSource>& sources, const std::string& split, uint64_t seed,
             const MixPosition& start = {}, DatasetReaderOptions options = {}, const std::string& column = "text");
-  /// The next document; `source` (optional) receives the index of the source it came from.
-  void next(std::string& document, size_t* source = nullptr);
+  /// The next document; `source` (optional) receives the index of the source it came from, and
+  /// `mark` (optional) its place in the mix (key: the draw) and the tokens of it to drop. With
+  /// `options.partition.done` (a resume), draws consumed whole are passed over: `start` must be a
+  /// position at or before the first draw left.
+  void next(std::string& document, size_t* source = nullptr, DocMark* mark = nullptr);
   MixPosition position() const;
 
  private:

@@ -265,12 +265,16 @@ struct ParquetDocumentReader::Impl {
     return p;
   }
 
-  bool next(std::string& doc) {
+  bool next(std::string& doc, DocMark* mark) {
     for (;;) {
       if (cur.array && cur_row < cur.array->length()) {
         const int64_t i = cur_row++;
         pos.item = cur.first_row + static_cast<uint64_t>(i) + 1;
-        if (!by_row_group && !o.partition.owns(cur.global_first + static_cast<uint64_t>(i))) continue;
+        // Rows dealt to other ranks, and (resumed) rows consumed whole, are passed over.
+        const DocKey key{cur.epoch, static_cast<uint32_t>(cur.k), cur.first_row + static_cast<uint64_t>(i),
+                         cur.global_first + static_cast<uint64_t>(i)};
+        const uint64_t skip = o.partition.take(key, by_row_group ? key.shard : key.ordinal);
+        if (skip == DataProgress::kAll) continue;
         std::string_view v;
         if (!(large ? row<arrow::LargeStringArray>(*cur.array, i, v) : row<arrow::StringArray>(*cur.array, i, v))) {
           ++nulls;
@@ -278,6 +282,7 @@ struct ParquetDocumentReader::Impl {
         }
         doc.assign(v.data(), v.size());
         ++documents;
+        if (mark) *mark = DocMark{0, key, 0, skip, by_row_group};
         return true;
       }
       if (ended) return false;
@@ -354,6 +359,10 @@ void ParquetDocumentReader::open(const fs::path& source, DatasetPosition start, 
     throw DatasetError(what + ": too few rows to give one to each of " + std::to_string(options.partition.world) +
                        " data-parallel ranks");
   impl->by_row_group = impl->units.size() >= options.partition.world;
+  if (options.partition.done) {  // resumed: from the first row that may hold something left
+    const DocKey at = options.partition.done->start();
+    start = DatasetPosition{at.shard, at.item, at.epoch};
+  }
   const bool at_epoch_end = start.shard == impl->units.size() && start.item == 0;
   if (start.shard > impl->units.size() || (start.shard == impl->units.size() && !at_epoch_end))
     throw DatasetError(what + ": position " + start.str() + " is past the end of the epoch");
@@ -378,9 +387,9 @@ void ParquetDocumentReader::open(const fs::path& source, DatasetPosition start, 
   impl_ = std::move(impl);
 }
 
-bool ParquetDocumentReader::next(std::string& document) {
+bool ParquetDocumentReader::next(std::string& document, DocMark* mark) {
   if (!impl_) throw DatasetError("parquet reader used before open()");
-  return impl_->next(document);
+  return impl_->next(document, mark);
 }
 
 DatasetPosition ParquetDocumentReader::position() const { return impl_ ? impl_->pos : DatasetPosition{}; }

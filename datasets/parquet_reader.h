@@ -76,7 +76,10 @@ class ParquetDocumentReader {
   void open(const std::filesystem::path& source, DatasetPosition start = {}, bool loop = false,
             ParquetReaderOptions options = {});
   /// The next non-null document of this rank; false at the end of the data when not looping.
-  bool next(std::string& document);
+  /// `mark` (optional) receives its place (shard: the row group's place in the epoch's order,
+  /// item: the row) and the tokens of it to drop (partition.h). With `partition.done` (a resume),
+  /// open() starts at the first row left and ignores its `start`.
+  bool next(std::string& document, DocMark* mark = nullptr);
   DatasetPosition position() const;
   /// "epoch E, FILE row group G row R" for a position (in logs and errors).
   std::string describe(const DatasetPosition& p) const;

@@ -22,7 +22,7 @@ ParquetDocumentReader& ParquetDocumentReader::operator=(ParquetDocumentReader&&)
 void ParquetDocumentReader::open(const std::filesystem::path& source, DatasetPosition, bool, ParquetReaderOptions) {
   unavailable(source.string());
 }
-bool ParquetDocumentReader::next(std::string&) { unavailable("parquet reader"); }
+bool ParquetDocumentReader::next(std::string&, DocMark*) { unavailable("parquet reader"); }
 DatasetPosition ParquetDocumentReader::position() const { return {}; }
 std::string ParquetDocumentReader::describe(const DatasetPosition& p) const { return p.str(); }
 const std::vector<std::filesystem::path>& ParquetDocumentReader::files() const {

@@ -27,14 +27,14 @@ std::string DataParallel::describe(const torch::Device& device) const {
 }
 
 void DataParallel::publish_cursor(int64_t step, const DataCursor& cursor) {
-  group_->set(cursor_key(step, rank()), cursor.to_json());
+  group_->set(cursor_key(step, rank()), cursor.to_json(/*with_done=*/false));  // rank 0's carries it
 }
 
 std::string DataParallel::complete_checkpoint_metadata(int64_t step, const std::string& metadata) {
   auto meta = json_parse(metadata);
   const JsonValue* own = meta.find("cursor");
   if (!own) throw std::logic_error("checkpoint metadata without a cursor");
-  std::string cursors = "[" + DataCursor::from_json(*own).to_json();
+  std::string cursors = "[" + DataCursor::from_json(*own).to_json(/*with_done=*/false);
   for (int r = 1; r < size(); ++r) {
     const auto key = cursor_key(step, r);
     cursors += "," + group_->get(key);  // the others publish theirs at the same step
@@ -45,32 +45,126 @@ std::string DataParallel::complete_checkpoint_metadata(int64_t step, const std::
   return metadata.substr(0, end) + ",\"world_size\":" + std::to_string(size()) + ",\"cursors\":" + cursors + "}";
 }
 
+namespace {
+
+// Every rank's cursor in a checkpoint's metadata ("cursor" of a one-process run, "cursors" of a
+// data-parallel one), and the number of ranks that wrote it.
+std::vector<DataCursor> checkpoint_cursors(const JsonValue& meta, int written_by, const std::string& checkpoint) {
+  std::vector<const JsonValue*> found;
+  if (written_by == 1) {
+    found.push_back(meta.find("cursor"));
+  } else {
+    const auto& all = meta.array("cursors");
+    if (all.size() != static_cast<size_t>(written_by))
+      throw std::runtime_error(checkpoint + ": checkpoint metadata holds " + std::to_string(all.size()) +
+                               " data cursors for " + std::to_string(written_by) + " ranks (\"cursors\")");
+    for (const auto& c : all) found.push_back(&c);
+  }
+  std::vector<DataCursor> out;
+  for (const JsonValue* c : found) {
+    if (!c) throw std::runtime_error(checkpoint + ": checkpoint metadata has no data cursor (\"cursor\")");
+    try {
+      out.push_back(DataCursor::from_json(*c));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(checkpoint + ": " + e.what());
+    }
+  }
+  return out;
+}
+
+int checkpoint_world_size(const JsonValue& meta, const std::string& checkpoint) {
+  const double w = meta.number("world_size", 1);
+  if (!(w >= 1) || w > 1e6 || w != static_cast<double>(static_cast<int>(w)))
+    throw std::runtime_error(checkpoint + ": checkpoint metadata: \"world_size\" " + std::to_string(w) +
+                             " is not a number of ranks");
+  return static_cast<int>(w);
+}
+
+}  // namespace
+
 DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_size, const std::string& checkpoint) {
   auto meta = json_parse(metadata);
-  const int written_by = static_cast<int>(meta.number("world_size", 1));
+  const int written_by = checkpoint_world_size(meta, checkpoint);
+  auto cursors = checkpoint_cursors(meta, written_by, checkpoint);
+  const bool global = std::all_of(cursors.begin(), cursors.end(), [](const DataCursor& c) { return c.has_next; });
+  if (global) {
+    // The ranks' places in the documents every rank numbers alike are one layer of progress; with
+    // what the runs before consumed, they say what is left, which this run's ranks deal out again.
+    // Rank 0's cursor ("cursor", also with several ranks) carries what the runs before consumed.
+    const DataCursor rank0 = written_by == 1 ? cursors[0] : checkpoint_cursors(meta, 1, checkpoint)[0];
+    datasets::DataProgress progress = rank0.done ? *rank0.done : datasets::DataProgress{};
+    datasets::ProgressLayer layer;
+    layer.world = static_cast<uint32_t>(written_by);
+    layer.by_shard = cursors[0].by_shard;
+    for (const auto& c : cursors) {
+      if (c.by_shard != layer.by_shard)
+        throw std::runtime_error(checkpoint + ": checkpoint metadata: the ranks' cursors disagree on \"by_shard\"");
+      layer.next.push_back(c.next);
+    }
+    try {
+      progress.add(std::move(layer));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(checkpoint + ": " + e.what());
+    }
+    // The readers start at the first document left (progress.start()); a mix replays its draws
+    // from the reader position of the rank furthest behind, which is before every draw left.
+    const auto behind = std::min_element(cursors.begin(), cursors.end(), [](const DataCursor& a, const DataCursor& b) {
+      return a.next.doc < b.next.doc;
+    });
+    DataCursor start;
+    start.pos = behind->pos;
+    start.done = std::make_shared<const datasets::DataProgress>(std::move(progress));
+    return start;
+  }
+  // Written before positions were kept in every rank's terms (or by a source that marks no
+  // documents): each rank's position is a place in its own share of the documents (d mod N).
+  const bool at_start = std::all_of(cursors.begin(), cursors.end(), [](const DataCursor& c) {
+    return c.skip == 0 && c.pos.pos == datasets::DatasetPosition{} && !c.pos.mixed;
+  });
+  if (at_start) return DataCursor{};  // nothing read yet: the data starts over on any number of ranks
   if (written_by != world_size)
     throw std::runtime_error(checkpoint + " was written by a run of " + ranks_phrase(written_by) + ", and this run has " +
-                             ranks_phrase(world_size) + ": each rank's data position only continues with the same "
-                             "number of ranks, so resume it with " +
+                             ranks_phrase(world_size) + ": its data positions are each rank's own (the checkpoint " +
+                             "predates positions that any number of ranks continues), so resume it with " +
                              (written_by == 1 ? std::string("`pipeline run --resume` without torchrun")
                                               : "torchrun and " + std::to_string(written_by) +
                                                     " ranks in all (--nproc-per-node times --nnodes)"));
-  const JsonValue* c = nullptr;
-  if (world_size == 1) {
-    c = meta.find("cursor");
-  } else {
-    const auto& all = meta.array("cursors");
-    if (all.size() != static_cast<size_t>(world_size))
-      throw std::runtime_error(checkpoint + ": checkpoint metadata holds " + std::to_string(all.size()) +
-                               " data cursors for " + std::to_string(world_size) + " ranks");
-    c = &all[static_cast<size_t>(rank)];
+  return cursors[static_cast<size_t>(rank)];
+}
+
+ResumedBatch resumed_batch(const std::string& metadata, int world_size, const TrainingSection& training,
+                           const std::string& checkpoint) {
+  auto meta = json_parse(metadata);
+  ResumedBatch out;
+  out.written_by = checkpoint_world_size(meta, checkpoint);
+  // Checkpoints before "grad_accum" was recorded: the config's, which nothing adapted then.
+  const double ga = meta.number("grad_accum", static_cast<double>(training.grad_accum));
+  if (!(ga >= 1) || ga != static_cast<double>(static_cast<int64_t>(ga)))
+    throw std::runtime_error(checkpoint + ": checkpoint metadata: \"grad_accum\" " + std::to_string(ga) +
+                             " is not a number of micro-batches");
+  out.written_grad_accum = static_cast<int64_t>(ga);
+  out.micro_batches = out.written_by * out.written_grad_accum;
+  if (out.micro_batches % world_size != 0) {
+    std::vector<int64_t> fits;  // the numbers of ranks that share it
+    for (int64_t m = 1; m <= out.micro_batches; ++m)
+      if (out.micro_batches % m == 0) fits.push_back(m);
+    auto list = [&](auto value) {
+      std::string s;
+      for (size_t i = 0; i < fits.size(); ++i)
+        s += (i == 0 ? "" : i + 1 == fits.size() ? " or " : ", ") + std::to_string(value(fits[i]));
+      return s;
+    };
+    throw std::runtime_error(
+        checkpoint + " trains " + std::to_string(out.micro_batches) + " micro-batches of " +
+        std::to_string(training.batch_size) + "x" + std::to_string(training.seq_len) + " tokens a step (" +
+        (out.written_by == 1 ? std::string("1 process") : std::to_string(out.written_by) + " ranks") +
+        " x grad_accum " + std::to_string(out.written_grad_accum) + "), which " + std::to_string(world_size) +
+        " ranks cannot share evenly: resume it on " + list([](int64_t m) { return m; }) + " ranks (grad_accum " +
+        list([&](int64_t m) { return out.micro_batches / m; }) +
+        "), or give --set training.grad_accum=N to train another global batch");
   }
-  if (!c) throw std::runtime_error(checkpoint + ": checkpoint metadata has no data cursor");
-  try {
-    return DataCursor::from_json(*c);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(checkpoint + ": " + e.what());
-  }
+  out.grad_accum = out.micro_batches / world_size;
+  return out;
 }
 
 std::unique_ptr<StepSync> DataParallel::join_steps(const RunConfig& cfg, const std::vector<torch::Tensor>& params) {

@@ -70,10 +70,28 @@ class DataParallel : public Ranks {
   std::atomic<EarlyStop> stopped_early_{EarlyStop::none};
 };
 
-/// This rank's cursor from a checkpoint's metadata: the single "cursor" of a one-process run, or
-/// "cursors"[rank] of a data-parallel one. Throws std::runtime_error with a sentence when the
-/// checkpoint was written by a different number of ranks.
+/// Where this run's data starts, from a checkpoint's metadata (the single "cursor" of a
+/// one-process run, or "cursors" of a data-parallel one), on any number of ranks: what the ranks
+/// that wrote it consumed, with what the runs before them consumed, as `done` (the readers deal
+/// out the rest on this run's ranks: datasets/partition.h), and the reader position a mix
+/// replays from. A checkpoint whose cursors are only each rank's own (written before cursors
+/// carried a place every rank shares) gives this rank's ("cursors"[rank]), and is refused with a
+/// sentence on another number of ranks. Throws std::runtime_error naming the checkpoint and key.
 DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_size, const std::string& checkpoint);
+
+/// The global batch of a resumed run: the checkpoint's (its ranks x its "grad_accum"), shared by
+/// this run's ranks.
+struct ResumedBatch {
+  int written_by = 1;               // ranks that wrote the checkpoint
+  int64_t written_grad_accum = 1;   // their micro-batches per step
+  int64_t micro_batches = 1;        // per step, all ranks together
+  int64_t grad_accum = 1;           // per step and rank, on this run's ranks
+};
+/// Throws std::runtime_error, with the numbers of ranks that fit, when `world_size` does not
+/// divide the checkpoint's micro-batches per step. A checkpoint without "grad_accum" (written
+/// before it was recorded) counts `training.grad_accum`.
+ResumedBatch resumed_batch(const std::string& metadata, int world_size, const TrainingSection& training,
+                           const std::string& checkpoint);
 
 /// The train stage's side over c10d (see StepSync in stages/ranks.h).
 class TrainSync : public StepSync {

@@ -1,6 +1,7 @@
 // See run_setup.h.
 #include "runner/run_setup.h"
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "base/atomic_file.h"
 #include "base/json.h"
 #include "model/checkpoint.h"
+#include "model/checkpoint_config.h"
 #include "model/device_event.h"
 #include "model/dist_env.h"
 #include "runner/data_parallel.h"
@@ -151,6 +153,46 @@ AgreedCheckpoint agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool a
   return out;
 }
 
+// A checkpoint continues the model it holds, and the data order its seed drew (mixes, Parquet's
+// shuffle); another [model] or [run] seed is an error that says so, before any tensor is read.
+void check_resumable(const std::string& metadata, const RunContext& ctx, const std::string& ckpt) {
+  const model::GPTConfig held = model::checkpoint_model_config(metadata, ckpt);
+  const model::GPTConfig& want = ctx.model;
+  if (held.n_layer != want.n_layer || held.n_head != want.n_head || held.n_embd != want.n_embd ||
+      held.block_size != want.block_size || held.vocab_size != want.vocab_size || held.bias != want.bias)
+    throw std::runtime_error(ckpt + " holds the model " + held.to_json() + ", and this run's [model] is " +
+                             want.to_json() + ": resume it with the [model] it was trained with (its run's config.toml)");
+  const JsonValue meta = json_parse(metadata);
+  if (const JsonValue* seed = meta.find("seed"); seed && seed->text != std::to_string(ctx.cfg.run.seed))
+    throw std::runtime_error(ckpt + " was trained with [run] seed = " + seed->text + ", and this run's is " +
+                             std::to_string(ctx.cfg.run.seed) +
+                             ": the data order and the rest follow the seed, so resume it with the same seed");
+}
+
+// Keeps a resumed run's global batch: the checkpoint's micro-batches per step, shared by this
+// run's ranks (unless this command sets training.grad_accum itself). Returns a line for the log
+// when the number of ranks or grad_accum changed, "" otherwise.
+std::string adapt_grad_accum(const std::string& metadata, const RunRequest& req, int world, RunConfig& cfg,
+                             const std::string& ckpt) {
+  const bool set_here = std::any_of(req.overrides.begin(), req.overrides.end(), [](const std::string& o) {
+    return o.rfind("training.grad_accum=", 0) == 0;
+  });
+  if (set_here) return "";
+  const ResumedBatch b = resumed_batch(metadata, world, cfg.training, ckpt);
+  const int64_t before = cfg.training.grad_accum;
+  cfg.training.grad_accum = b.grad_accum;
+  if (b.written_by == world && b.grad_accum == before) return "";
+  for (auto& sec : cfg.sections)  // the settings table shows what the run trains with, and why
+    if (sec.name() == "training")
+      sec.set("grad_accum", b.grad_accum, config::Location{"checkpoint", 0});
+  auto ranks = [](int n) { return n == 1 ? std::string("1 process") : std::to_string(n) + " ranks"; };
+  return "resuming a checkpoint of " + ranks(b.written_by) + " on " + ranks(world) + ": grad_accum " +
+         std::to_string(b.grad_accum) + " (it was " + std::to_string(b.written_grad_accum) + "), the same " +
+         std::to_string(b.micro_batches) + " micro-batches of " + std::to_string(cfg.training.batch_size) + "x" +
+         std::to_string(cfg.training.seq_len) + " tokens a step; the data goes on where they left it, dealt out over " +
+         ranks(world);
+}
+
 // The run directory (new, or the one --resume names), the checkpoint to resume from and this
 // rank's data position in it, and the run log. With several ranks, rank 0 names a new run
 // directory and is the only one to write into it.
@@ -170,9 +212,12 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     agreed = agreed_checkpoint(dp, automatic ? fs::path(ctx->cfg.run.dir) : req.resume, automatic);
   const fs::path& ckpt = agreed.path;
   const bool resuming = !ckpt.empty();
+  std::string resplit;  // what a resume on another number of ranks changed, for the log
   if (resuming) {
     auto state = agreed.state ? std::move(*agreed.state) : model::read_checkpoint(ckpt.string());
+    check_resumable(state.metadata, *ctx, ckpt.string());
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
+    resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
@@ -200,6 +245,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   }
   // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
   ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);
+  if (!resplit.empty()) ctx->log->print(resplit);
 }
 
 }  // namespace

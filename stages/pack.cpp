@@ -13,7 +13,11 @@
 // windows are bounded by the engine's limit on pack's output queue.
 //
 // Single worker, input in order, so the batches are the same whatever the upstream worker
-// counts. Each batch records the exact data position after it, which a checkpoint stores.
+// counts. Each batch records the exact data position after it, which a checkpoint stores: the
+// reader position and tokens after it (this rank's), and the document and token the stream goes
+// on with (every rank's alike: datasets/partition.h), from the documents the chunks mark. A
+// document that an earlier run began comes marked with the tokens to drop, and pack drops them.
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <span>
@@ -40,11 +44,12 @@ class Pack : public graph::Stage {
 
   void process(graph::Item in, graph::Emitter& out) override {
     auto chunk = in.take<TokenChunk>();
-    // On resume, the first chunk(s) repeat tokens that earlier batches already used.
-    const size_t drop = std::min<uint64_t>(skip_, chunk.tokens.size());
-    skip_ -= drop;
-    const std::span<const uint16_t> fresh(chunk.tokens.data() + drop, chunk.tokens.size() - drop);
-    marks_.push_back({chunk.pos, static_cast<int64_t>(carry_.size()) - static_cast<int64_t>(drop)});
+    // Drops what earlier runs consumed (a document's first tokens; on a resume from a checkpoint
+    // that holds only this rank's cursor, the stream's first tokens) and notes where each
+    // document's kept tokens lie in the stream.
+    const int64_t chunk_start = keep_unconsumed(chunk);
+    const std::span<const uint16_t> fresh(chunk.tokens);
+    chunks_.push_back({chunk.pos, chunk_start});
 
     // The tokens at hand are carry_ (not yet consumed) followed by fresh.
     const size_t need = static_cast<size_t>(B_ * T_ + 1), stride = static_cast<size_t>(B_ * T_);
@@ -54,7 +59,7 @@ class Pack : public graph::Stage {
       WindowPool::Window w = next_buffer(first);
       copy_window(static_cast<uint16_t*>(w.tokens.data_ptr()), start, need, fresh);
       start += stride;
-      consume(stride);
+      consumed_ += stride;
       Batch b;
       b.tokens = std::move(w.tokens);  // (B*T+1) uint16
       b.lease = std::move(w.lease);
@@ -83,10 +88,65 @@ class Pack : public graph::Stage {
   }
 
  private:
-  struct Mark {
+  // A chunk, by where its first token would lie in the stream (tokens kept before it, less those
+  // of it that a resume from a rank's own cursor dropped): the reader position a rank's own
+  // cursor reopens at.
+  struct ChunkStart {
     SourcePosition pos;
-    int64_t offset;  // index of the chunk's first kept token in the tokens at hand (negative once consumed past)
+    int64_t at;  // negative when the stream's first tokens were dropped
   };
+  // Kept tokens of one document, from stream index `at` on, starting with its token `token`.
+  struct Piece {
+    uint64_t at;
+    datasets::DocKey doc;
+    uint64_t token;
+    bool known;     // false: tokens of a source that marks no documents
+    bool by_shard;
+  };
+
+  // Walks the chunk's documents (its marks), drops each one's `skip` tokens and the stream's first
+  // skip_ tokens, compacts the rest to the front of chunk.tokens and records the pieces. Returns
+  // the chunk's ChunkStart::at.
+  int64_t keep_unconsumed(TokenChunk& chunk) {
+    auto& t = chunk.tokens;
+    const uint64_t kept_before = kept_;
+    uint64_t stream_dropped = 0;  // by skip_
+    size_t w = 0, m = 0;
+    auto start_document = [&](const datasets::DocMark& mk) {
+      doc_ = mk.key;
+      token_ = mk.first;
+      drop_ = mk.skip;
+      by_shard_ = mk.by_shard;
+      known_ = true;
+    };
+    for (size_t r = 0; r < t.size();) {
+      if (m < chunk.marks.size() && chunk.marks[m].at <= r) {  // a document starts here
+        start_document(chunk.marks[m++]);
+        continue;
+      }
+      const size_t end = m < chunk.marks.size() ? std::min<size_t>(chunk.marks[m].at, t.size()) : t.size();
+      size_t n = end - r;
+      const size_t d1 = static_cast<size_t>(std::min<uint64_t>(drop_, n));       // the document's consumed tokens
+      const size_t d2 = static_cast<size_t>(std::min<uint64_t>(skip_, n - d1));  // the stream's (own cursor)
+      drop_ -= d1;
+      skip_ -= d2;
+      stream_dropped += d2;
+      token_ += d1 + d2;
+      r += d1 + d2;
+      n -= d1 + d2;
+      if (n > 0) {
+        pieces_.push_back({kept_, doc_, token_, known_, by_shard_});
+        if (w != r) std::memmove(t.data() + w, t.data() + r, n * sizeof(uint16_t));
+        w += n;
+        r += n;
+        kept_ += n;
+        token_ += n;
+      }
+    }
+    for (; m < chunk.marks.size(); ++m) start_document(chunk.marks[m]);  // documents that start at the end
+    t.resize(w);
+    return static_cast<int64_t>(kept_before) - static_cast<int64_t>(stream_dropped);
+  }
 
   // The invocation's reserved buffer (first window of an input), else a free one, else overflow.
   WindowPool::Window next_buffer(bool first) {
@@ -108,15 +168,22 @@ class Pack : public graph::Stage {
     std::memcpy(dst, fresh.data() + (start - carry_.size()), n * sizeof(uint16_t));
   }
 
-  void consume(size_t n) {
-    for (auto& m : marks_) m.offset -= static_cast<int64_t>(n);
-    // Keep only the chunk that holds the next token and those after it.
-    while (marks_.size() > 1 && marks_[1].offset <= 0) marks_.pop_front();
-  }
-
-  DataCursor cursor() const {
-    const Mark& m = marks_.front();
-    return DataCursor{m.pos, static_cast<uint64_t>(-m.offset)};
+  // Where the stream goes on after the tokens consumed so far, in both forms (types.h).
+  DataCursor cursor() {
+    const auto now = static_cast<int64_t>(consumed_);
+    while (chunks_.size() > 1 && chunks_[1].at <= now) chunks_.pop_front();
+    while (pieces_.size() > 1 && pieces_[1].at <= consumed_) pieces_.pop_front();
+    DataCursor c;
+    c.pos = chunks_.front().pos;
+    c.skip = static_cast<uint64_t>(now - chunks_.front().at);
+    c.done = rc_.start.done;
+    if (!pieces_.empty() && pieces_.front().known && pieces_.front().at <= consumed_) {
+      const Piece& p = pieces_.front();
+      c.has_next = true;
+      c.next = {p.doc, p.token + (consumed_ - p.at)};
+      c.by_shard = p.by_shard;
+    }
+    return c;
   }
 
   RunContext& rc_;
@@ -125,7 +192,15 @@ class Pack : public graph::Stage {
   uint64_t skip_;
   std::unique_ptr<WindowPool> pool_;
   std::vector<uint16_t> carry_;
-  std::deque<Mark> marks_;
+  std::deque<ChunkStart> chunks_;
+  std::deque<Piece> pieces_;
+  uint64_t kept_ = 0;      // tokens that entered the stream
+  uint64_t consumed_ = 0;  // tokens of the stream the batches so far consumed
+  // The document the next input token belongs to: its place, which token of it that is, and how
+  // many tokens of it are still to drop.
+  datasets::DocKey doc_;
+  uint64_t token_ = 0, drop_ = 0;
+  bool known_ = false, by_shard_ = false;
   int64_t windows_ = 0;
 };
 

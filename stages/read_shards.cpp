@@ -3,7 +3,8 @@
 // from Parquet files (a file, directory, glob or hub snapshot: datasets/parquet_reader.h, row
 // groups shuffled with the run's seed, decoded on the reader's own thread); or, with `mix`, from
 // several of these drawn by weight (reproducible and resumable). Documents
-// leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk.
+// leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk, each
+// document marked with its place (for checkpoints that any number of ranks resumes).
 #include <algorithm>
 #include <optional>
 
@@ -63,12 +64,15 @@ class ReadShards : public graph::Stage {
                        {.column = column,
                         .shuffle = ctx.options.get_bool("shuffle"),
                         .seed = static_cast<uint64_t>(rc_.cfg.run.seed),
-                        .partition = rc_.partition});
+                        .partition = data_partition(rc_)});
         return;
       }
       reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
       return;
     }
+    if (rc_.start.done && !rc_.start.pos.mixed)
+      throw std::invalid_argument("the checkpoint's data position is one dataset's, but [stages." + ctx.name +
+                                  "] mix names " + std::to_string(mix.size()) + " datasets");
     std::vector<datasets::MixSource> sources;
     for (const auto& e : mix) sources.push_back(parse_mix_entry(e, rc_, ctx.name));
     datasets::MixPosition start = rc_.start.pos.mixed ? rc_.start.pos.mix : datasets::MixPosition{};
@@ -85,13 +89,16 @@ class ReadShards : public graph::Stage {
     chunk.pos = position();
     chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);
     bool more = true;
+    datasets::DocMark mark;
     while (chunk.text.size() < chunk_bytes_) {
       if (mixed_) {
-        mixed_->next(doc_);  // mixed sources loop: never runs dry
-      } else if (!(parquet_ ? parquet_->next(doc_) : reader_.next(doc_))) {
+        mixed_->next(doc_, nullptr, &mark);  // mixed sources loop: never runs dry
+      } else if (!(parquet_ ? parquet_->next(doc_, &mark) : reader_.next(doc_, &mark))) {
         more = false;
         break;
       }
+      mark.at = static_cast<uint32_t>(chunk.ends.size());
+      chunk.marks.push_back(mark);
       chunk.text += doc_;
       chunk.ends.push_back(static_cast<uint32_t>(chunk.text.size()));
     }

@@ -27,7 +27,7 @@ class ReadTokens : public graph::Stage {
     TokenChunk c;
     c.pos.pos = reader_.position();
     c.tokens.resize(chunk_);
-    size_t n = reader_.read(c.tokens);
+    size_t n = reader_.read(c.tokens, &c.marks);
     if (n == 0) return false;
     c.tokens.resize(n);
     out.emit(std::move(c));

@@ -21,14 +21,16 @@ class Tokenize : public graph::Stage {
     // cost a third of the stage's speed, depending on where the heap put the array.
     auto& ids = scratch_[static_cast<size_t>(out.worker())].value;
     ids.clear();
+    TokenChunk c;
+    c.marks = chunk.marks;  // one per document: where its tokens start, for pack
     for (size_t i = 0; i < chunk.documents(); ++i) {
+      if (i < c.marks.size()) c.marks[i].at = static_cast<uint32_t>(ids.size());
       ids.push_back(datasets::Tokenizer::eot_id);
       if (allow_special_)
         tok_.encode_append(chunk.document(i), true, ids);
       else
         tok_.encode_ordinary_append(chunk.document(i), ids);
     }
-    TokenChunk c;
     c.pos = chunk.pos;
     c.tokens.assign(ids.begin(), ids.end());  // ids < 50257 fit in uint16
     out.emit(std::move(c));

@@ -298,7 +298,8 @@ class Train : public graph::Stage {
 
   std::shared_ptr<const model::CheckpointState> snapshot() {
     std::string meta = "{\"step\":" + std::to_string(step_) + ",\"cursor\":" + step_cursor_.to_json() +
-                       ",\"seed\":" + std::to_string(rc_.cfg.run.seed) + ",\"model\":" + rc_.model.to_json() + "}";
+                       ",\"seed\":" + std::to_string(rc_.cfg.run.seed) + ",\"grad_accum\":" +
+                       std::to_string(rc_.cfg.training.grad_accum) + ",\"model\":" + rc_.model.to_json() + "}";
     if (!snapshots_) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
     const auto waited = snapshots_->waited();
     auto state = std::make_shared<model::CheckpointState>(snapshots_->take(step_, std::move(meta)));

@@ -36,6 +36,54 @@ datasets::DatasetPosition position_from_json(const JsonValue& v) {
   return p;
 }
 
+// {"epoch":E,"shard":S,"item":I,"doc":ordinal,"token":T}
+std::string frontier_json(const datasets::Frontier& f) {
+  return "{\"epoch\":" + std::to_string(f.doc.epoch) + ",\"shard\":" + std::to_string(f.doc.shard) +
+         ",\"item\":" + std::to_string(f.doc.item) + ",\"doc\":" + std::to_string(f.doc.ordinal) +
+         ",\"token\":" + std::to_string(f.token) + "}";
+}
+
+datasets::Frontier frontier_from_json(const JsonValue& v) {
+  if (v.type != JsonValue::Type::object) throw std::runtime_error("data cursor: \"next\": expected an object");
+  datasets::Frontier f;
+  const uint64_t shard = cursor_number(v, "shard");
+  if (shard > UINT32_MAX) throw std::runtime_error("data cursor: \"shard\" " + std::to_string(shard) + " is too large");
+  f.doc = {cursor_number(v, "epoch"), static_cast<uint32_t>(shard), cursor_number(v, "item"), cursor_number(v, "doc")};
+  f.token = cursor_number(v, "token");
+  return f;
+}
+
+// [{"world":N,"by_shard":B,"next":[frontier per rank]}, ...]
+std::string progress_json(const datasets::DataProgress& p) {
+  std::string out = "[";
+  for (size_t l = 0; l < p.layers.size(); ++l) {
+    const auto& layer = p.layers[l];
+    out += std::string(l ? "," : "") + "{\"world\":" + std::to_string(layer.world) +
+           ",\"by_shard\":" + (layer.by_shard ? "true" : "false") + ",\"next\":[";
+    for (size_t r = 0; r < layer.next.size(); ++r) out += (r ? "," : "") + frontier_json(layer.next[r]);
+    out += "]}";
+  }
+  return out + "]";
+}
+
+datasets::DataProgress progress_from_json(const JsonValue& v) {
+  if (v.type != JsonValue::Type::array) throw std::runtime_error("data cursor: \"earlier\": expected an array");
+  datasets::DataProgress p;
+  for (const auto& l : v.items) {
+    datasets::ProgressLayer layer;
+    const uint64_t world = cursor_number(l, "world");
+    if (world < 1 || world > UINT32_MAX) throw std::runtime_error("data cursor: \"world\" " + std::to_string(world));
+    layer.world = static_cast<uint32_t>(world);
+    layer.by_shard = l.flag("by_shard");
+    for (const auto& f : l.array("next")) layer.next.push_back(frontier_from_json(f));
+    if (layer.next.size() != layer.world)
+      throw std::runtime_error("data cursor: a layer of " + std::to_string(world) + " ranks holds " +
+                               std::to_string(layer.next.size()) + " positions in \"next\"");
+    p.layers.push_back(std::move(layer));
+  }
+  return p;
+}
+
 }  // namespace
 
 std::string SourcePosition::str() const {
@@ -45,7 +93,7 @@ std::string SourcePosition::str() const {
   return out;
 }
 
-std::string DataCursor::to_json() const {
+std::string DataCursor::to_json(bool with_done) const {
   std::string out = position_json(pos.pos);
   out.pop_back();
   if (pos.mixed) {
@@ -53,7 +101,10 @@ std::string DataCursor::to_json() const {
     for (size_t i = 0; i < pos.mix.sources.size(); ++i) out += (i ? "," : "") + position_json(pos.mix.sources[i]);
     out += "]}";
   }
-  return out + ",\"skip\":" + std::to_string(skip) + "}";
+  out += ",\"skip\":" + std::to_string(skip);
+  if (has_next) out += ",\"next\":" + frontier_json(next) + (by_shard ? ",\"by_shard\":true" : "");
+  if (with_done && done && !done->layers.empty()) out += ",\"earlier\":" + progress_json(*done);
+  return out + "}";
 }
 
 DataCursor DataCursor::from_json(const JsonValue& v) {
@@ -68,6 +119,12 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
     c.pos.mixed = true;
     c.pos.mix = std::move(mp);
   }
+  if (auto n = v.find("next")) {
+    c.has_next = true;
+    c.next = frontier_from_json(*n);
+    c.by_shard = v.flag("by_shard");
+  }
+  if (auto e = v.find("earlier")) c.done = std::make_shared<const datasets::DataProgress>(progress_from_json(*e));
   return c;
 }
 
@@ -215,9 +272,15 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
 
 bool RunContext::writer() const { return !ranks || ranks->writer(); }
 
+datasets::Partition data_partition(const RunContext& rc) {
+  datasets::Partition p = rc.partition;
+  p.done = rc.start.done;
+  return p;
+}
+
 datasets::DatasetReaderOptions reader_options(const RunContext& rc) {
   datasets::DatasetReaderOptions o;
-  o.partition = rc.partition;
+  o.partition = data_partition(rc);
   return o;
 }
 

@@ -46,12 +46,24 @@ struct SourcePosition {
   std::string str() const;
 };
 
-/// Where the token stream continues: open the reader at `pos`, then drop the first `skip`
-/// tokens it yields (tokens of a document or chunk that an earlier batch already used).
+/// Where the token stream continues, in two forms.
+///   - This rank's: open the reader at `pos`, then drop the first `skip` tokens it yields (tokens
+///     of a document or chunk that an earlier batch already used). Only for this rank's partition.
+///   - Every rank's alike (datasets/partition.h): `next`, the document and token this rank's
+///     stream goes on with, and `done`, what the runs this one resumed consumed. A checkpoint's
+///     cursors of all ranks make one layer of progress, so that a run of any number of ranks
+///     continues exactly (runner/data_parallel.h: checkpoint_cursor).
+/// As the start of a run (RunContext::start) with `done` set, the readers deal out what `done`
+/// leaves and `pos` only matters to a mix (where its draws are replayed from).
 struct DataCursor {
   SourcePosition pos;
   uint64_t skip = 0;
-  std::string to_json() const;
+  bool has_next = false;  // the source marks its documents (every reader of this project does)
+  datasets::Frontier next;
+  bool by_shard = false;  // the partition dealt shards (Parquet row groups), not documents
+  std::shared_ptr<const datasets::DataProgress> done;
+  /// `with_done`: include `done` ("earlier"), which one rank's cursor in a checkpoint carries.
+  std::string to_json(bool with_done = true) const;
   static DataCursor from_json(const JsonValue& v);  // throws std::runtime_error naming the field
 };
 
@@ -62,6 +74,8 @@ struct DataCursor {
 struct TextChunk {
   std::string text;
   std::vector<uint32_t> ends;  // end offset of each document in `text`
+  /// One per document, in order: its place, and the tokens of it to drop (an earlier run's).
+  std::vector<datasets::DocMark> marks;
   SourcePosition pos;
   size_t documents() const { return ends.size(); }
   std::string_view document(size_t i) const {
@@ -74,6 +88,11 @@ struct TextChunk {
 /// a document starts with <|endoftext|> (50256), as GPT-2 separates documents.
 struct TokenChunk {
   std::vector<uint16_t> tokens;
+  /// The documents that start in the chunk (at: the index of their first token), in order, and one
+  /// at 0 for a document a resumed stream continues; tokens before the first mark continue the
+  /// previous chunk's last document. Pack drops each mark's `skip` tokens and keeps track of where
+  /// the stream is (DataCursor::next).
+  std::vector<datasets::DocMark> marks;
   SourcePosition pos;
 };
 
@@ -216,14 +235,17 @@ struct RunContext {
   std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
   std::mutex mu;
   // Data parallel (launched by torchrun): this rank's share of the data and the group. Without
-  // torchrun, the whole data and null.
+  // torchrun, the whole data and null. (What earlier runs consumed is in start.done: readers take
+  // both from data_partition.)
   datasets::Partition partition;
   std::shared_ptr<Ranks> ranks;
   /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
   bool writer() const;
 };
 
-/// What a source stage passes to its dataset reader: this rank's partition of the data.
+/// This rank's partition of the data, with what the runs it resumes consumed (RunContext::start).
+datasets::Partition data_partition(const RunContext& rc);
+/// What a source stage passes to its dataset reader: data_partition.
 datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 
 /// The dataset directory and split a source stage reads: its own `dataset`/`split` options

@@ -252,6 +252,53 @@ TEST_CASE("checkpoint cursors: one per rank, refused for another number of ranks
   CHECK(contains(e, "written by a run of 2 ranks, and this run has 1 process"));
 }
 
+TEST_CASE("checkpoint cursors in every rank's terms: one start for any number of ranks, the batch kept") {
+  auto cursor = [](uint64_t doc, uint64_t token) {
+    stages::DataCursor c;
+    c.pos.pos.item = doc;  // (the reader position only matters to a mix)
+    c.has_next = true;
+    c.next = {{0, 0, doc, doc}, token};
+    return c;
+  };
+  // Two ranks: rank 0 (even documents) goes on with token 5 of document 8, rank 1 with document 5.
+  std::string two = "{\"step\":3,\"grad_accum\":3,\"cursor\":" + cursor(8, 5).to_json() +
+                    ",\"world_size\":2,\"cursors\":[" + cursor(8, 5).to_json() + "," + cursor(5, 0).to_json() + "]}";
+  for (int world : {1, 3, 2}) {
+    auto start = stages::checkpoint_cursor(two, 0, world, "ck");
+    REQUIRE(start.done);
+    REQUIRE(start.done->layers.size() == 1);
+    CHECK(start.done->layers[0].world == 2);
+    CHECK(start.done->consumed({0, 0, 6, 6}) == datasets::DataProgress::kAll);
+    CHECK(start.done->consumed({0, 0, 8, 8}) == 5);
+    CHECK(start.done->consumed({0, 0, 7, 7}) == 0);
+    CHECK(start.pos.pos.item == 5);  // the rank furthest behind
+  }
+  // A run that resumed carries what was consumed before it ("earlier", on rank 0's cursor).
+  auto own = cursor(12, 1);
+  own.done = stages::checkpoint_cursor(two, 0, 3, "ck").done;
+  std::string one = "{\"step\":5,\"grad_accum\":6,\"cursor\":" + own.to_json() + "}";
+  auto again = stages::checkpoint_cursor(one, 0, 2, "ck");
+  REQUIRE(again.done);
+  CHECK(again.done->layers.size() == 1);  // everything before document 12 is consumed: the older layer says no more
+  CHECK(again.done->consumed({0, 0, 12, 12}) == 1);
+  CHECK(again.done->consumed({0, 0, 11, 11}) == datasets::DataProgress::kAll);
+  // The global batch: 2 ranks x 3 micro-batches, shared by the new ranks; refused where it does not divide.
+  stages::TrainingSection t;
+  t.grad_accum = 1;  // the config's: the checkpoint's "grad_accum" wins
+  t.batch_size = 4;
+  t.seq_len = 16;
+  CHECK(stages::resumed_batch(two, 1, t, "ck").grad_accum == 6);
+  CHECK(stages::resumed_batch(two, 3, t, "ck").grad_accum == 2);
+  CHECK(stages::resumed_batch(two, 6, t, "ck").grad_accum == 1);
+  auto e = error_of([&] { stages::resumed_batch(two, 4, t, "ck"); });
+  CHECK(contains(e, "ck trains 6 micro-batches of 4x16 tokens a step (2 ranks x grad_accum 3), which 4 ranks cannot "
+                    "share evenly: resume it on 1, 2, 3 or 6 ranks (grad_accum 6, 3, 2 or 1)"));
+  // Cursors of a checkpoint written before every rank's terms: at the start, any number of ranks.
+  stages::DataCursor fresh;
+  std::string old = "{\"step\":1,\"cursor\":" + fresh.to_json() + "}";
+  CHECK(!stages::checkpoint_cursor(old, 0, 3, "ck").done);
+}
+
 namespace {
 
 graph::StageStats stage(const std::string& name, const std::string& type, double busy, double starved, bool own_thread) {

@@ -2,7 +2,8 @@
 // (tests/parquet/make_files.py, run with set-up's venv): every codec, row groups empty and not,
 // nulls, both string types; the errors for a missing or non-string column, a corrupt footer, a
 // truncated file and a corrupt row group; exact resume; ranks disjoint and complete; shuffling;
-// a weighted mix with text shards; the source forms (file, directory, glob, hub snapshot).
+// a weighted mix with text shards; the source forms (file, directory, glob, hub snapshot); resumed
+// on another number of ranks (datasets/partition.h), every document once.
 // Exits 77 (CTest: skipped) when no Python with pyarrow is configured (PIPELINE_ARROW_PYTHON).
 #include <doctest/doctest.h>
 
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -409,4 +411,65 @@ TEST_CASE("prepare turns Parquet into text shards, token shards and llm.c shards
   o.llmc = false;
   o.column = "body";
   CHECK(contains(error_of([&] { prepare_dataset({files() / "single.parquet"}, o); }), "no column \"body\""));
+}
+
+TEST_CASE("resumed on another number of ranks, every document once (row groups or rows dealt)") {
+  // zstd.parquet: 10 row groups (dealt by row group to 2 and 3 ranks); single.parquet: one (dealt
+  // by row); layout.parquet: 3 non-empty ones (by row group for 2 ranks, by row for 4).
+  struct Case {
+    std::string file;
+    uint32_t from, to;
+  };
+  for (const auto& c : std::vector<Case>{{"zstd.parquet", 2, 3}, {"zstd.parquet", 3, 1}, {"single.parquet", 2, 3},
+                                         {"layout.parquet", 2, 4}, {"layout.parquet", 4, 1}}) {
+    CAPTURE(c.file);
+    CAPTURE(c.from);
+    CAPTURE(c.to);
+    // `from` ranks read a few documents each, and odd ranks 2 tokens of the next one.
+    std::multiset<std::string> whole_before;
+    std::map<std::string, uint64_t> partial;  // document -> tokens read before
+    ProgressLayer layer;
+    layer.world = c.from;
+    for (uint32_t r = 0; r < c.from; ++r) {
+      ParquetDocumentReader rd;
+      rd.open(files() / c.file, {}, false, {.seed = 11, .partition = {r, c.from}});
+      std::string d;
+      DocMark mark;
+      for (uint32_t i = 0; i < 1 + 2 * r; ++i) {
+        REQUIRE(rd.next(d, &mark));
+        whole_before.insert(d);
+      }
+      REQUIRE(rd.next(d, &mark));
+      const uint64_t t = r % 2 ? 2 : 0;
+      if (t > 0) partial[d] = t;
+      layer.by_shard = mark.by_shard;
+      layer.next.push_back({mark.key, t});
+    }
+    auto done = std::make_shared<DataProgress>();
+    done->add(layer);
+    // `to` ranks read the rest: every other document whole, the begun ones from where they stopped.
+    std::multiset<std::string> whole_after;
+    for (uint32_t r = 0; r < c.to; ++r) {
+      ParquetDocumentReader rd;
+      rd.open(files() / c.file, {}, false, {.seed = 11, .partition = {r, c.to, done}});
+      std::string d;
+      DocMark mark;
+      while (rd.next(d, &mark)) {
+        if (mark.skip == 0) {
+          whole_after.insert(d);
+        } else {
+          CHECK_MESSAGE(partial[d] == mark.skip, d);
+          partial.erase(d);
+        }
+      }
+    }
+    CHECK(partial.empty());  // each begun document went on once
+    std::multiset<std::string> together = whole_before;
+    together.insert(whole_after.begin(), whole_after.end());
+    auto all = read_all(files() / c.file, {.seed = 11});
+    std::multiset<std::string> expected(all.begin(), all.end());
+    CHECK(together.size() + (c.from / 2) == expected.size());  // the begun documents are in neither
+    for (const auto& d : together) CHECK_MESSAGE(expected.count(d) == 1, d);
+    for (const auto& d : whole_before) CHECK_MESSAGE(whole_after.count(d) == 0, d);
+  }
 }
