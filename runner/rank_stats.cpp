@@ -1,6 +1,8 @@
 // Merging and judging the ranks' stage statistics (see rank_stats.h).
 #include "runner/rank_stats.h"
 
+#include "graph/observe/percent.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -8,16 +10,12 @@ namespace pipeline::stages {
 
 namespace {
 
+using graph::pct;
+
 constexpr const char* kTrainType = "train";
 // A rank is named as the straggler when its train stage waited for input at least this share of
 // its time, and this much more than the rank that waited least.
 constexpr double kStragglerStarved = 0.10;
-
-std::string pct(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
-  return buf;
-}
 
 // Rank r's rows of a merged snapshot. Rank 0's keep its queues and the verdict its engine
 // tracked; another rank's share rank 0's clock and steady-state window (the ranks start together

@@ -1,6 +1,8 @@
 // See autotune.h.
 #include "graph/observe/autotune.h"
 
+#include "graph/observe/percent.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -23,12 +25,6 @@ std::string per_s(double r) {
 std::string cores(double x) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%.1f", x);
-  return buf;
-}
-
-std::string pct(double x) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100 * x);
   return buf;
 }
 

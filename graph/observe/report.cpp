@@ -7,17 +7,12 @@
 #include <ostream>
 #include <sstream>
 
+#include "graph/observe/percent.h"
 #include "graph/observe/stats.h"
 
 namespace pipeline::graph {
 
 namespace {
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x);
-  return buf;
-}
 
 std::string fmt(double x, int prec = 1) {
   char buf[64];

@@ -30,6 +30,8 @@
 //          side's bottleneck (rules 1-5 on the rest) is named, with the device's share.
 #include "graph/observe/verdict.h"
 
+#include "graph/observe/percent.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -38,12 +40,6 @@
 namespace pipeline::graph {
 
 namespace {
-
-std::string pct(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * x);
-  return buf;
-}
 
 std::string rate(double per_s) {
   char buf[32];
