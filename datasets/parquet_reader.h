@@ -80,6 +80,9 @@ class ParquetDocumentReader {
   /// item: the row) and the tokens of it to drop (partition.h). With `partition.done` (a resume),
   /// open() starts at the first row left and ignores its `start`.
   bool next(std::string& document, DocMark* mark = nullptr);
+  /// The same, as a view into the reader's decoded text, valid until the next call (read_shards
+  /// appends it to its chunk: one copy of the text fewer).
+  bool next(std::string_view& document, DocMark* mark = nullptr);
   DatasetPosition position() const;
   /// "epoch E, FILE row group G row R" for a position (in logs and errors).
   std::string describe(const DatasetPosition& p) const;
