@@ -56,7 +56,7 @@ struct ParquetReaderOptions {
   uint64_t seed = 0;
   Partition partition = {};
   size_t read_ahead_bytes = size_t(64) << 20;  // decoded text held ahead of the consumer
-  int64_t batch_rows = 4096;                   // rows decoded at a time inside a row group
+  int64_t batch_rows = 4096;                   // rows read at a time, and at most in one queued piece
 };
 
 /// Single consumer; the decoding thread is the reader's own.
