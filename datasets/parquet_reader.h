@@ -56,7 +56,7 @@ struct ParquetReaderOptions {
   uint64_t seed = 0;
   Partition partition = {};
   size_t read_ahead_bytes = size_t(64) << 20;  // decoded text held ahead of the consumer
-  int64_t batch_rows = 4096;                   // rows decoded at a time inside a row group
+  int64_t batch_rows = 4096;                   // rows read at a time, and at most in one queued piece
 };
 
 /// Single consumer; the decoding thread is the reader's own.
@@ -80,6 +80,9 @@ class ParquetDocumentReader {
   /// item: the row) and the tokens of it to drop (partition.h). With `partition.done` (a resume),
   /// open() starts at the first row left and ignores its `start`.
   bool next(std::string& document, DocMark* mark = nullptr);
+  /// The same, as a view into the reader's decoded text, valid until the next call (read_shards
+  /// appends it to its chunk: one copy of the text fewer).
+  bool next(std::string_view& document, DocMark* mark = nullptr);
   DatasetPosition position() const;
   /// "epoch E, FILE row group G row R" for a position (in logs and errors).
   std::string describe(const DatasetPosition& p) const;

@@ -91,15 +91,24 @@ class ReadShards : public graph::Stage {
     bool more = true;
     datasets::DocMark mark;
     while (chunk.text.size() < chunk_bytes_) {
+      std::string_view doc;
       if (mixed_) {
         mixed_->next(doc_, nullptr, &mark);  // mixed sources loop: never runs dry
-      } else if (!(parquet_ ? parquet_->next(doc_, &mark) : reader_.next(doc_, &mark))) {
+        doc = doc_;
+      } else if (parquet_) {  // a view into the reader's decoded text: no copy on the way
+        if (!parquet_->next(doc, &mark)) {
+          more = false;
+          break;
+        }
+      } else if (reader_.next(doc_, &mark)) {
+        doc = doc_;
+      } else {
         more = false;
         break;
       }
       mark.at = static_cast<uint32_t>(chunk.ends.size());
       chunk.marks.push_back(mark);
-      chunk.text += doc_;
+      chunk.text += doc;
       chunk.ends.push_back(static_cast<uint32_t>(chunk.text.size()));
     }
     if (!chunk.ends.empty()) out.emit(std::move(chunk));
