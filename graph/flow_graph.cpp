@@ -28,26 +28,15 @@ std::array<OutPort*, kMaxOutputs> ports_of(Node& node) {
 // them in order: dispatch is lightweight (inline in the sender's thread, which oneTBB allows
 // only for a noexcept body), a source's fan-out is serial and queueing (first in, first out).
 
-// first -> chain[0] -> ... -> chain[n-1] -> last
-template <class First, class Last>
-void connect(First& first, const std::vector<Limiter*>& chain, Last& last) {
-  if (chain.empty()) {
-    flow::make_edge(first, last);
-    return;
-  }
-  flow::make_edge(first, *chain.front());
-  for (size_t i = 0; i + 1 < chain.size(); ++i) flow::make_edge(*chain[i], *chain[i + 1]);
-  flow::make_edge(*chain.back(), last);
-}
-
 // Every node body runs inside this: an error of the engine's own code (or one injected by a
 // test) fails the run naming the stage and the site, and cancels the graph (Runtime::fault).
 // Stage code has its own guard (invocation.cpp); this one catches what the engine throws.
 //
 // The bodies of CPU and async nodes must not be declared noexcept although nothing leaves
 // them: oneTBB runs a noexcept body of an async_node (whose policy is lightweight) inline in
-// the sender's thread, inside the forwarding of the limiter in front of it, and the body's
-// release of that limiter's credit would re-enter it and deadlock.
+// the sender's thread, inside the forwarding of the gate in front of it (under the gate's
+// successor lock), and a token the body sends to that gate (a worker slot given back) would
+// re-enter it and deadlock.
 template <class F>
 void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
   try {
@@ -88,24 +77,27 @@ void FlowGraph::cancel() {
 
 void FlowGraph::build_stage(StageRt& st) {
   Runtime& rt = rt_;
-  // The admission chain: worker slots, one bound per output edge, pooled resources.
-  std::vector<Limiter*> chain;
-  if (!st.is_source()) {
-    st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
-  } else {
-    // One packet between a source's input_node and the end of its fan-out: the fan-out, a task
-    // of its own, settles a packet's credits before the limiters admit the next.
-    st.worker_slots.open(g_, 1, 1, true);
-  }
-  chain.push_back(st.worker_slots.limiter.get());
+  // The admission (edge.cpp): one gate in front of the node; each input it admits has taken a
+  // worker slot, a place on every output edge and, with a pool, a resource. A source takes one
+  // packet at a time and only checks its edges: its fan-out takes the places.
+  Admission& adm = st.admission;
+  adm.open(g_, st.is_source() ? 1 : st.max_workers);
+  if (st.is_source())
+    st.worker_slots.open(1, 1, &adm);
+  else
+    st.worker_slots.open(st.max_workers, st.start_workers, &adm);
+  adm.reserve(st.worker_slots);
   for (EdgeRt* e : st.outputs) {
-    e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
-    e->credits.on_demand = e->on_demand;
-    if (!e->on_demand) chain.push_back(e->credits.limiter.get());  // on demand: counted at emission
+    const bool gates = !e->on_demand;  // on demand: the place is taken at emission
+    e->credits.open(e->max_capacity, e->start_capacity, gates ? &adm : nullptr);
+    if (gates && st.is_source())
+      adm.check(e->credits);
+    else if (gates)
+      adm.reserve(e->credits);
   }
   if (st.pool) {
-    st.resources.open(g_, st.pool->size(), st.pool->size(), false);
-    chain.push_back(st.resources.limiter.get());
+    st.resources.open(st.pool->size(), st.pool->size(), &adm);
+    adm.reserve(st.resources);
     ResourcePool* pool = st.pool.get();
     st.pool->set_gate({.reserved =
                            [pool] {
@@ -119,9 +111,10 @@ void FlowGraph::build_stage(StageRt& st) {
                            },
                        .released = [&st] { st.resources.release(); }});
   }
+  Limiter& gate = adm.gate();
 
   if (st.is_source() && st.type->own_thread) {
-    // Tickets through the limiters to the reader thread, which answers with the packets
+    // Tickets through the gate to the reader thread, which answers with the packets
     // (source_thread.h).
     st.reader = std::make_unique<SourceThread>(rt, st);
     st.source = std::make_unique<Source>(g_, [&st](tbb::flow_control& fc) {
@@ -135,7 +128,8 @@ void FlowGraph::build_stage(StageRt& st) {
       at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
     });
     st.ports = ports_of(*st.source_route);
-    connect(*st.source, chain, *st.async);
+    flow::make_edge(*st.source, gate);
+    flow::make_edge(gate, *st.async);
     flow::make_edge(*st.async, *st.source_route);
     return;
   }
@@ -154,7 +148,8 @@ void FlowGraph::build_stage(StageRt& st) {
       at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
     });
     st.ports = ports_of(*st.source_route);
-    connect(*st.source, chain, *st.source_route);
+    flow::make_edge(*st.source, gate);
+    flow::make_edge(gate, *st.source_route);
     return;
   }
 
@@ -184,11 +179,11 @@ void FlowGraph::build_stage(StageRt& st) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
     st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
       at_site(rt, st, EngineSite::cpu, [&] {
-        count_admission(st);
         run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
       });
     });
-    connect(*st.inbuf, chain, *st.cpu);
+    flow::make_edge(*st.inbuf, gate);
+    flow::make_edge(gate, *st.cpu);
     if (st.ordered_commit) {
       st.bundle_port = &flow::output_port<0>(*st.cpu);
       flow::make_edge(*st.bundle_port, *st.sequencer);
@@ -207,11 +202,11 @@ void FlowGraph::build_stage(StageRt& st) {
         st.device->hand_over(const_cast<Packet&>(p));
         return;
       }
-      count_admission(st);
       run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
     });
   });
-  connect(*st.inbuf, chain, *st.async);
+  flow::make_edge(*st.inbuf, gate);
+  flow::make_edge(gate, *st.async);
   if (st.ordered_commit) {
     flow::make_edge(*st.async, *st.sequencer);
     st.ports = ports_of(*st.ordered_route);
@@ -231,6 +226,8 @@ void FlowGraph::run() {
     if (st->device) st->device->start(st->async->gateway());
     if (st->reader) st->reader->start(st->async->gateway());
   }
+  // The first tokens: every stage is admitted what its credits allow.
+  for (auto& st : rt_.stages) st->admission.poke();
   for (auto& st : rt_.stages)
     if (st->source) st->source->activate();
   g_.wait_for_all();
@@ -266,12 +263,10 @@ FlowGraph::~FlowGraph() {
     st->async.reset();
     st->renumber.reset();
     st->inbuf.reset();
-    st->worker_slots.limiter.reset();
-    st->resources.limiter.reset();
+    st->admission.close();
     st->ports = {};
     st->bundle_port = nullptr;
   }
-  for (auto& e : rt_.edges) e->credits.limiter.reset();
 }
 
 }  // namespace pipeline::graph

@@ -1,9 +1,9 @@
 // See invocation.h. The rules an invocation follows, in the order it meets them:
-//   - It starts holding one credit on each output edge (its admission reserved them), a worker
+//   - It starts holding a place on each output edge (its admission reserved them), a worker
 //     slot, and, for a stage with a ResourcePool, one resource.
 //   - Each item it emits goes to every consumer whose filter wants it, with the edge's next
-//     sequence number; the first item on an edge uses the reserved credit, later ones take a
-//     fresh credit or put the edge in debt (edge.cpp).
+//     sequence number; the first item on an edge uses the reserved place, later ones take
+//     places whether or not they are free, owing them (edge.cpp).
 //   - An order-keeping parallel stage collects its outputs in a bundle keyed by the input's
 //     sequence number; its sequencer releases bundles in input order.
 //   - At the end, unused credits and the slot go back, and the busy time is counted.
@@ -17,7 +17,7 @@
 //   - Batches: a source whose items are cheap, in a graph whose stages are all cheap, sends
 //     several items per packet (run_source); a stage that takes such a packet processes each
 //     item and sends what it emitted on each edge as one packet too. Credits still count items:
-//     the items beyond the first of a packet go on the edge as debt (edge.cpp).
+//     the items beyond the first of a packet take (or owe) places of their own (edge.cpp).
 #include "graph/invocation.h"
 
 #include "base/nvtx.h"
@@ -140,6 +140,7 @@ void Invocation::take_batch(int64_t items) {
   // A CPU stage passes batches on (no bigger than the one it took); a stage with a thread of its
   // own, or a timed one, takes a batch's items in one go but sends its outputs one by one.
   batching_ = st_.kind == StageKind::cpu;
+  if (batching_) out_batch_.resize(st_.outputs.size());
 }
 
 Invocation::~Invocation() {
@@ -298,7 +299,7 @@ void Invocation::put(EdgeRt* e, Packet p) {
   else if (e->on_demand)
     wait_for_place(e);
   else
-    e->credits.extra(1, margin());
+    e->credits.owe(1);
   p.edge = e;
   e->count_in();
   deliver(e, std::move(p));
@@ -335,13 +336,13 @@ void Invocation::flush_batch(size_t i) {
   if (!b || b->empty()) return;
   EdgeRt* e = st_.outputs[i];
   const auto n = static_cast<int64_t>(b->size());
-  // One credit from the admission, the rest taken at once (or owed).
+  // One place from the admission, the rest taken at once (owed if they are not free).
   int64_t extra = n;
   if (reserved_[i]) {
     reserved_[i] = false;
     --extra;
   }
-  if (extra > 0) e->credits.extra(extra, margin());
+  if (extra > 0) e->credits.owe(extra);
   e->count_in(n);
   Packet p;
   p.edge = e;
@@ -377,7 +378,7 @@ void Invocation::flush() {
 }
 
 void Invocation::wait_for_place(EdgeRt* e) {
-  if (e->credits.take_place()) return;
+  if (e->credits.try_take()) return;
   // The edge is full: this thread (an own-thread stage's) waits for a place, and the time counts
   // as blocked, not busy. After a failure (or an abort) the wait goes on: the consumer still
   // takes its inputs, dropping them, until the end of stream has passed, and the edge keeps its
@@ -387,9 +388,9 @@ void Invocation::wait_for_place(EdgeRt* e) {
   const bool stats = rt_.opts.stats && t_start_;
   st_.placing.fetch_add(1);
   if (stats) c_->busy_since.store(0, std::memory_order_relaxed);
-  while (!e->credits.take_place()) {
+  while (!e->credits.try_take()) {
     if (rt_.graph_cancelled()) {
-      e->credits.extra(1, 0);  // owed: the edge's count stays right
+      e->credits.owe(1);  // the edge's count stays right
       break;
     }
     e->credits.wait_for_place(std::chrono::milliseconds(10));
@@ -398,13 +399,6 @@ void Invocation::wait_for_place(EdgeRt* e) {
   st_.placing.fetch_sub(1);
   if (t_start_) t_start_ += waited;  // busy time (and the cost of an item) exclude the wait
   if (stats) c_->busy_since.store(t_start_, std::memory_order_relaxed);
-}
-
-int64_t Invocation::margin() const {
-  // A single-worker CPU stage runs alone: its limiters cannot have admitted anything the mirror
-  // has not counted. Otherwise up to one admission per worker may be in flight.
-  if (st_.kind == StageKind::cpu && st_.max_workers == 1) return 0;
-  return std::max(1, st_.max_workers);
 }
 
 void Invocation::hold_for(std::chrono::nanoseconds d) {
@@ -422,7 +416,7 @@ bool Invocation::take_resource_reservation() {
   return true;
 }
 
-bool Invocation::extra_resource() { return st_.resources.try_extra(margin()); }
+bool Invocation::extra_resource() { return st_.resources.try_take(); }
 
 // Up the in-edges from `st`, as far as the producers whose every consumer has wound down. Each
 // stage sets its own flag before it reads its siblings' (seq_cst): of two consumers of one

@@ -15,6 +15,7 @@
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/spin_mutex.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -71,9 +72,9 @@ using Ports = std::tuple<Packet, Packet, Packet, Packet, Packet, Packet, Packet,
 static_assert(std::tuple_size_v<Ports> == kMaxOutputs);
 using CpuNode = flow::multifunction_node<Packet, Ports>;
 using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
-// A source's fan-out runs as a task of its own: run inline inside its limiters' try_put
-// (lightweight), a limiter message it sends (a filtered item's credit back, a batch's extra
-// credits) would re-enter the limiter that holds its successor lock, and deadlock.
+// A source's fan-out runs as a task of its own: run inline inside its gate's try_put
+// (lightweight), the token it sends when it gives the worker slot back would re-enter the gate
+// that holds its successor lock, and deadlock.
 using SourceRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing>;
 using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
 using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
@@ -90,51 +91,70 @@ using Buffer = flow::queue_node<Packet>;
 using Source = flow::input_node<Packet>;
 using Sequencer = flow::sequencer_node<Packet>;
 
-/// A limiter_node and the mirror of its count: the gate in front of a producer that bounds one
-/// of its output edges (or its worker slots, or its pooled resources). See edge.cpp.
-struct Credits {
-  std::unique_ptr<Limiter> limiter;
-  int64_t threshold = 0;  // the limiter's fixed threshold
-  mutable tbb::spin_mutex mu;  // serializes the credit decisions (and the raises' limiter messages)
-  std::atomic<int64_t> used{0};  // mirror of the limiter's count: reservations + credited items + phantoms
-  int64_t debt = 0;              // items on the edge beyond the limiter's count
-  int64_t phantoms = 0;          // credits held back so that the bound is below the threshold
-  int64_t retiring = 0;          // releases to turn into phantoms (the bound is being lowered)
-  // Credits the mirror gave back whose message has not reached the limiter yet (unlocked
-  // sends): the limiter's count is still that much higher than the mirror.
-  std::atomic<int64_t> unsent{0};
+class Admission;
 
-  /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
-  /// `send_unlocked`: raises too go out after the lock, since a limiter message may run our code
-  /// inline (a source's edges; edge.cpp). Releases always do.
-  void open(flow::graph& g, int64_t threshold, int64_t bound, bool send_unlocked);
-  bool unlocked_sends = false;
-  /// An admission the limiter made (the mirror follows it).
-  void admitted() { used.fetch_add(1, std::memory_order_relaxed); }
-  /// `n` credits are free again (a reservation not used, items taken off the edge, a resource
-  /// given back). Pays debt first.
+/// A count of free places: an edge's credits (its bound), a stage's worker slots, or its pool's
+/// resources. The count is the truth; nothing mirrors it. See edge.cpp.
+class Credits {
+ public:
+  /// The count starts at `bound` (in [1, max]); `gated`: the admission these credits gate, told
+  /// when some come back (null: none, an on-demand edge).
+  void open(int64_t max, int64_t bound, Admission* gated);
+  /// Takes one place if one is free; never owes.
+  bool try_take();
+  /// Gives back a place try_take() took, telling no one (an admission that could not take all
+  /// the places it needs puts back the ones it took; nothing waited for them meanwhile).
+  void untake() { free_.fetch_add(1, std::memory_order_acq_rel); }
+  /// Takes `n` places, free or not: those beyond the bound are owed, and the places that come
+  /// back pay them before any admission sees them (a stage that emits several items per input).
+  void owe(int64_t n);
+  /// `n` places are free again (items taken off the edge, a reservation not used, a worker slot
+  /// or a resource given back). Never blocks; any thread.
   void release(int64_t n = 1);
-  /// `n` more credits for items beyond the admission's; owes those there is no room for.
-  /// `margin`: admissions the limiter made that the mirror has not counted yet.
-  void extra(int64_t n, int64_t margin);
-  /// One more credit if there is one; never owes.
-  bool try_extra(int64_t margin);
-  /// Sends a release the mirror has counted (and added to `unsent`) without the lock.
-  void send_unlocked(int64_t n);
-  /// Credits free now (never below 0).
-  int64_t room() const;
-  /// An on-demand edge (EdgeRt::on_demand; its limiter is in no admission chain): takes one
-  /// credit if there is one.
-  bool take_place();
-  /// Waits (a dedicated thread, never a TBB worker) until a credit may be free, at most `d`.
+  /// Waits (a dedicated thread, never a TBB worker) until a place may be free, at most `d`.
   void wait_for_place(std::chrono::milliseconds d);
-  bool on_demand = false;
-  std::mutex place_mu;                     // on demand: release() wakes wait_for_place()
-  std::condition_variable place_freed;
-  /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
+  /// Moves the bound to `bound`, in [1, max]: lowering it owes the difference.
   void set_bound(int64_t bound);
-  int64_t bound() const;
-  bool full() const;
+  int64_t bound() const { return bound_.load(std::memory_order_relaxed); }
+  /// Places free now (never below 0).
+  int64_t room() const { return std::max<int64_t>(0, free_.load(std::memory_order_acquire)); }
+  bool full() const { return free_.load(std::memory_order_relaxed) <= 0; }
+
+ private:
+  std::atomic<int64_t> free_{0};  // free places; below 0: owed
+  std::atomic<int64_t> bound_{0};
+  int64_t max_ = 0;
+  Admission* gated_ = nullptr;
+  // An on-demand edge (no admission): release() wakes wait_for_place().
+  std::mutex place_mu_;
+  std::condition_variable place_freed_;
+};
+
+/// What admits inputs to one stage: a limiter_node in front of its node (the gate) and the
+/// credits each admission takes. The gate's count is the tokens: a token is sent (a decrement)
+/// only once one place of every credit it needs has been taken, so the limiter admits exactly
+/// the inputs the credits allow, and its count never needs reading. See edge.cpp.
+class Admission {
+ public:
+  /// Creates the gate: at most `tokens` admissions may wait for an input at once (the most
+  /// worker slots the stage will have).
+  void open(flow::graph& g, int64_t tokens);
+  /// Every admission takes one place of `c` (worker slots, the stage's output edges, its pool).
+  void reserve(Credits& c) { reserve_.push_back(&c); }
+  /// Every admission needs a free place of `c` but takes none: a source's edges, whose places its
+  /// fan-out takes (one packet at a time, so nothing takes them in between).
+  void check(Credits& c) { check_.push_back(&c); }
+  /// Some credits came back: sends the tokens they allow. Any thread; never blocks, no lock.
+  void poke();
+  Limiter& gate() { return *gate_; }
+  void close() { gate_.reset(); }
+
+ private:
+  bool take_one();
+  std::unique_ptr<Limiter> gate_;
+  std::vector<Credits*> reserve_, check_;
+  // poke()s not yet looked at; the thread that moves it from 0 sends every token (edge.cpp).
+  alignas(kCacheLine) std::atomic<int64_t> pokes_{0};
 };
 
 /// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.
@@ -211,7 +231,7 @@ struct alignas(kCacheLine) StageRt {
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
   bool renumber_input = false;   // several inputs and ordered_commit: a serial node numbers them
   bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)
-  int max_workers = 1;          // worker slots (the limiter threshold)
+  int max_workers = 1;          // worker slots (the gate's threshold)
   int start_workers = 1;        // the concurrency the run starts with
   bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
   std::shared_ptr<ResourcePool> pool;
@@ -219,8 +239,9 @@ struct alignas(kCacheLine) StageRt {
   // Nodes (flow_graph.cpp).
   std::unique_ptr<Buffer> inbuf;
   std::unique_ptr<RenumberNode> renumber;
-  Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers` (a source: 1)
-  Credits resources;     // the pool's gate, when the stage has a ResourcePool
+  Admission admission;   // the gate in front of the stage's node and what each admission takes
+  Credits worker_slots;  // up to max_workers; the bound is `workers` (a source: 1 packet at a time)
+  Credits resources;     // the pool's resources, when the stage has a ResourcePool
   std::unique_ptr<Source> source;
   std::unique_ptr<CpuNode> cpu;
   std::unique_ptr<AsyncNode> async;
@@ -254,8 +275,8 @@ struct alignas(kCacheLine) StageRt {
   size_t outbox_next = 0;
   enum class SourceState { producing, finalizing, ending, ended };
   SourceState source_state = SourceState::producing;
-  // Items the source produced that its fan-out has not taken yet: they will take as many
-  // credits on every edge, which the mirrors do not show yet.
+  // Items the source produced that its fan-out has not taken yet: they will take as many places
+  // on every edge (next_source_packet sizes a batch to the room they leave).
   std::atomic<int64_t> source_pending_items{0};
 
   std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot

@@ -9,13 +9,6 @@
 
 namespace pipeline::graph {
 
-void count_admission(StageRt& st) {
-  st.worker_slots.admitted();
-  for (EdgeRt* e : st.outputs)
-    if (!e->on_demand) e->credits.admitted();
-  if (st.pool) st.resources.admitted();
-}
-
 void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway) {
   auto run = [&](Invocation& inv) {
     p.edge->take(p.count());
