@@ -104,7 +104,10 @@ void Admission::poke() {
   if (pokes_.fetch_add(1, std::memory_order_acq_rel) != 0) return;  // the thread sending tokens looks again
   int64_t seen = 1;
   for (;;) {
-    while (take_one()) gate_->decrementer().try_put(1);
+    while (take_one()) {
+      idle_.fetch_add(1, std::memory_order_relaxed);  // before the token: its input may arrive at once
+      gate_->decrementer().try_put(1);
+    }
     seen = pokes_.fetch_sub(seen, std::memory_order_acq_rel) - seen;
     if (seen == 0) return;
   }

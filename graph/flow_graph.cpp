@@ -122,6 +122,7 @@ void FlowGraph::build_stage(StageRt& st) {
       return Packet{};
     });
     st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet&, Gateway&) {
+      st.admission.used();
       at_site(rt, st, EngineSite::async, [&] { st.reader->request(); });
     });
     st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
@@ -145,6 +146,7 @@ void FlowGraph::build_stage(StageRt& st) {
       return out;
     });
     st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
+      st.admission.used();
       at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
     });
     st.ports = ports_of(*st.source_route);
@@ -178,6 +180,7 @@ void FlowGraph::build_stage(StageRt& st) {
   if (st.kind == StageKind::cpu) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
     st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
+      st.admission.used();
       at_site(rt, st, EngineSite::cpu, [&] {
         run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
       });
@@ -197,6 +200,7 @@ void FlowGraph::build_stage(StageRt& st) {
   // Own-thread and timed stages: an async node whose work leaves the TBB scheduler.
   if (st.kind == StageKind::own_thread) st.device = std::make_unique<DeviceThread>(rt, st);
   st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) {
+    st.admission.used();
     at_site(rt, st, EngineSite::async, [&] {
       if (st.kind == StageKind::own_thread) {
         st.device->hand_over(const_cast<Packet&>(p));

@@ -118,7 +118,10 @@ class Credits {
   int64_t bound() const { return bound_.load(std::memory_order_relaxed); }
   /// Places free now (never below 0).
   int64_t room() const { return std::max<int64_t>(0, free_.load(std::memory_order_acquire)); }
-  bool full() const { return free_.load(std::memory_order_relaxed) <= 0; }
+  /// No place for the next input: none free, and none held by a token no input has used yet
+  /// (`held`: Admission::idle_tokens() of the stage these credits gate; such a place is the
+  /// next input's).
+  bool full(int64_t held = 0) const { return free_.load(std::memory_order_relaxed) + held <= 0; }
 
  private:
   std::atomic<int64_t> free_{0};  // free places; below 0: owed
@@ -146,6 +149,11 @@ class Admission {
   void check(Credits& c) { check_.push_back(&c); }
   /// Some credits came back: sends the tokens they allow. Any thread; never blocks, no lock.
   void poke();
+  /// An input passed the gate: its token is used (the node's body, where it arrives).
+  void used() { idle_.fetch_sub(1, std::memory_order_relaxed); }
+  /// Tokens sent that no input has used yet (read by the monitor: the places they hold are
+  /// free for the next input, so the stage is not blocked on them).
+  int64_t idle_tokens() const { return std::max<int64_t>(0, idle_.load(std::memory_order_relaxed)); }
   Limiter& gate() { return *gate_; }
   void close() { gate_.reset(); }
 
@@ -155,6 +163,7 @@ class Admission {
   std::vector<Credits*> reserve_, check_;
   // poke()s not yet looked at; the thread that moves it from 0 sends every token (edge.cpp).
   alignas(kCacheLine) std::atomic<int64_t> pokes_{0};
+  std::atomic<int64_t> idle_{0};  // see idle_tokens(); on the pokes' line: the poking thread writes both
 };
 
 /// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.

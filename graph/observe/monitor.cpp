@@ -173,8 +173,10 @@ void Monitor::sample(int64_t now) {
     bool input = false, full = false, in_order = false;
     for (EdgeRt* e : st.inputs)
       if (e->load.load(std::memory_order_relaxed) - e->held.load(std::memory_order_relaxed) > 0) input = true;
+    // A place held by a token that no input has used yet is the next input's: not blocked on it.
+    const int64_t held = st.is_source() ? 0 : st.admission.idle_tokens();
     for (EdgeRt* e : st.outputs)
-      if (e->credits.full()) {
+      if (e->credits.full(e->on_demand ? 0 : held)) {
         full = true;
         in_order |= e->in_order.load(std::memory_order_relaxed) > 0;
       }
