@@ -241,6 +241,7 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       st.out_type = st.type->output.type;
       st.out_port = st.type->output.name;
     }
+    st.checks_out_type = st.out_type != std::type_index(typeid(void));
   }
 
   // Options, workers and order keeping.

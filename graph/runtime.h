@@ -94,8 +94,9 @@ using Sequencer = flow::sequencer_node<Packet>;
 class Admission;
 
 /// A count of free places: an edge's credits (its bound), a stage's worker slots, or its pool's
-/// resources. The count is the truth; nothing mirrors it. See edge.cpp.
-class Credits {
+/// resources. The count is the truth; nothing mirrors it. See edge.cpp. On a cache line of its
+/// own: the producer, the consumer and whichever thread sends the stage's tokens all write it.
+class alignas(kCacheLine) Credits {
  public:
   /// The count starts at `bound` (in [1, max]); `gated`: the admission these credits gate, told
   /// when some come back (null: none, an on-demand edge).
@@ -236,6 +237,7 @@ struct alignas(kCacheLine) StageRt {
   StageKind kind = StageKind::cpu;
   std::vector<EdgeRt*> inputs, outputs;
   std::type_index out_type = typeid(void);
+  bool checks_out_type = false;  // out_type is known: emit() checks every item against it
   std::string out_port;
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
   bool renumber_input = false;   // several inputs and ordered_commit: a serial node numbers them
