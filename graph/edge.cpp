@@ -58,17 +58,19 @@ void Credits::open(int64_t max, int64_t bound, Admission* gated) {
   gated_ = gated;
 }
 
+// Every change of a count is sequentially consistent (on x86 the same locked instruction as
+// acq_rel), and so are the reads in Admission::can_admit: see poke().
 bool Credits::try_take() {
-  int64_t f = free_.load(std::memory_order_relaxed);
+  int64_t f = free_.load(std::memory_order_seq_cst);
   while (f > 0)
-    if (free_.compare_exchange_weak(f, f - 1, std::memory_order_acq_rel, std::memory_order_relaxed)) return true;
+    if (free_.compare_exchange_weak(f, f - 1, std::memory_order_seq_cst)) return true;
   return false;
 }
 
-void Credits::owe(int64_t n) { free_.fetch_sub(n, std::memory_order_acq_rel); }
+void Credits::owe(int64_t n) { free_.fetch_sub(n, std::memory_order_seq_cst); }
 
 void Credits::release(int64_t n) {
-  if (free_.fetch_add(n, std::memory_order_acq_rel) + n <= 0) return;  // it paid what was owed
+  if (free_.fetch_add(n, std::memory_order_seq_cst) + n <= 0) return;  // it paid what was owed
   if (gated_) {
     gated_->poke();
     return;
@@ -91,26 +93,87 @@ void Credits::set_bound(int64_t bound) {
     owe(-delta);
 }
 
-void Admission::open(flow::graph& g, int64_t tokens) {
-  tokens = std::max<int64_t>(tokens, 1);
+void Admission::open(flow::graph& g) {
+  graph_ = &g;
+  node_ = nullptr;
+  gate_.reset();
   reserve_.clear();
   check_.clear();
-  gate_ = std::make_unique<Limiter>(g, static_cast<size_t>(tokens));
-  // Full until the first token: nothing is connected yet, so this forwards nothing.
-  gate_->decrementer().try_put(-tokens);
 }
 
+void Admission::open_gate(flow::graph& g) {
+  graph_ = &g;
+  node_ = nullptr;
+  reserve_.clear();
+  check_.clear();
+  gate_ = std::make_unique<Limiter>(g, 1);
+  // Full until the first token: nothing is connected yet, so this forwards nothing.
+  gate_->decrementer().try_put(-1);
+}
+
+void Admission::close() {
+  gate_.reset();
+  tbb::spin_mutex::scoped_lock lock(queue_mu_);
+  queue_.clear();
+  queued_.store(0, std::memory_order_relaxed);
+}
+
+tbb::detail::d1::graph_task* Admission::try_put_task(const Packet& p) {
+  {
+    tbb::spin_mutex::scoped_lock lock(queue_mu_);
+    queue_.push_back(p);
+    queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_seq_cst);  // see poke()
+  }
+  poke();
+  return tbb::detail::d1::SUCCESSFULLY_ENQUEUED;  // never rejected: the producer's put is done
+}
+
+// A poke that finds nothing to admit returns at once, without touching `pokes_` (the line every
+// poking thread would otherwise write). That is safe because every change that can make an
+// admission possible (an input queued, a place given back) is a sequentially consistent write
+// followed by can_admit()'s sequentially consistent reads: of two such changes, the later one
+// in that single order sees the earlier, so when the last missing piece arrives, its thread
+// sees every other piece and pokes. The one change made without a poke after it is the
+// admitting thread's own: a place it took and gave back because a later one was missing
+// (take_one). It looks again itself after giving it back (can_admit() before each take_one()),
+// and sees any place given back meanwhile by a thread that saw the one it held as taken.
 void Admission::poke() {
-  if (pokes_.fetch_add(1, std::memory_order_acq_rel) != 0) return;  // the thread sending tokens looks again
+  if (!can_admit()) return;
+  if (pokes_.fetch_add(1, std::memory_order_acq_rel) != 0) return;  // the thread admitting looks again
   int64_t seen = 1;
   for (;;) {
-    while (take_one()) {
-      idle_.fetch_add(1, std::memory_order_relaxed);  // before the token: its input may arrive at once
-      gate_->decrementer().try_put(1);
+    if (node_) {
+      // Only this thread pops: an input counted in queued_ is there. The places are taken
+      // before the input is taken out, so a place that is missing leaves it first in line.
+      while (can_admit() && take_one()) {
+        Packet p;
+        {
+          tbb::spin_mutex::scoped_lock lock(queue_mu_);
+          p = std::move(queue_.front());
+          queue_.pop_front();
+          queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_relaxed);
+        }
+        sent_.store(sent_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);  // one writer
+        node_->try_put(p);  // spawns the body's task (its node is never lightweight, flow_graph.cpp)
+      }
+    } else {
+      while (can_admit() && take_one()) {
+        sent_.store(sent_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+        gate_->decrementer().try_put(1);
+      }
     }
     seen = pokes_.fetch_sub(seen, std::memory_order_acq_rel) - seen;
     if (seen == 0) return;
   }
+}
+
+bool Admission::can_admit() const {
+  if (node_ && queued_.load(std::memory_order_seq_cst) <= 0) return false;
+  for (const Credits* c : check_)
+    if (c->full()) return false;
+  for (const Credits* c : reserve_)
+    if (c->full()) return false;
+  return true;
 }
 
 bool Admission::take_one() {

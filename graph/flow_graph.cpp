@@ -59,7 +59,7 @@ FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
     if (to.renumber)
       flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.renumber);
     else
-      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.inbuf);
+      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], to.admission);
   }
   std::lock_guard lock(rt_.timer_mu);
   rt_.timer = &timer_;
@@ -77,15 +77,18 @@ void FlowGraph::cancel() {
 
 void FlowGraph::build_stage(StageRt& st) {
   Runtime& rt = rt_;
-  // The admission (edge.cpp): one gate in front of the node; each input it admits has taken a
-  // worker slot, a place on every output edge and, with a pool, a resource. A source takes one
-  // packet at a time and only checks its edges: its fan-out takes the places.
+  // The admission (edge.cpp): inputs wait in it until it puts them to the node, each having
+  // taken a worker slot, a place on every output edge and, with a pool, a resource. A source has
+  // a gate in front of its fan-out instead, takes one packet at a time and only checks its
+  // edges: its fan-out takes the places.
   Admission& adm = st.admission;
-  adm.open(g_, st.is_source() ? 1 : st.max_workers);
-  if (st.is_source())
+  if (st.is_source()) {
+    adm.open_gate(g_);
     st.worker_slots.open(1, 1, &adm);
-  else
+  } else {
+    adm.open(g_);
     st.worker_slots.open(st.max_workers, st.start_workers, &adm);
+  }
   adm.reserve(st.worker_slots);
   for (EdgeRt* e : st.outputs) {
     const bool gates = !e->on_demand;  // on demand: the place is taken at emission
@@ -111,9 +114,8 @@ void FlowGraph::build_stage(StageRt& st) {
                            },
                        .released = [&st] { st.resources.release(); }});
   }
-  Limiter& gate = adm.gate();
-
   if (st.is_source() && st.type->own_thread) {
+    Limiter& gate = adm.gate();
     // Tickets through the gate to the reader thread, which answers with the packets
     // (source_thread.h).
     st.reader = std::make_unique<SourceThread>(rt, st);
@@ -135,6 +137,7 @@ void FlowGraph::build_stage(StageRt& st) {
     return;
   }
   if (st.is_source()) {
+    Limiter& gate = adm.gate();
     st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) {
       Packet out;
       bool ok = false;
@@ -155,7 +158,6 @@ void FlowGraph::build_stage(StageRt& st) {
     return;
   }
 
-  st.inbuf = std::make_unique<Buffer>(g_);
   if (st.renumber_input) {
     // Merged inputs get one dense sequence, in arrival order, for the sequencer downstream.
     // (RenumberNode, runtime.h: the put happens inside the serial body, so numbers arrive in order.)
@@ -167,7 +169,7 @@ void FlowGraph::build_stage(StageRt& st) {
         std::get<0>(ports).try_put(q);
       });  // after a fault nothing is put: the cancelled graph ends
     });
-    flow::make_edge(flow::output_port<0>(*st.renumber), *st.inbuf);
+    flow::make_edge(flow::output_port<0>(*st.renumber), st.admission);
   }
   if (st.ordered_commit) {
     st.sequencer = std::make_unique<Sequencer>(g_, [](const Packet& p) { return static_cast<size_t>(p.seq); });
@@ -180,13 +182,11 @@ void FlowGraph::build_stage(StageRt& st) {
   if (st.kind == StageKind::cpu) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
     st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
-      st.admission.used();
       at_site(rt, st, EngineSite::cpu, [&] {
         run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
       });
     });
-    flow::make_edge(*st.inbuf, gate);
-    flow::make_edge(gate, *st.cpu);
+    adm.admit_to(*st.cpu);
     if (st.ordered_commit) {
       st.bundle_port = &flow::output_port<0>(*st.cpu);
       flow::make_edge(*st.bundle_port, *st.sequencer);
@@ -209,8 +209,7 @@ void FlowGraph::build_stage(StageRt& st) {
       run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
     });
   });
-  flow::make_edge(*st.inbuf, gate);
-  flow::make_edge(gate, *st.async);
+  adm.admit_to(*st.async);
   if (st.ordered_commit) {
     flow::make_edge(*st.async, *st.sequencer);
     st.ports = ports_of(*st.ordered_route);
@@ -266,7 +265,6 @@ FlowGraph::~FlowGraph() {
     st->cpu.reset();
     st->async.reset();
     st->renumber.reset();
-    st->inbuf.reset();
     st->admission.close();
     st->ports = {};
     st->bundle_port = nullptr;

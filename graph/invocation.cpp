@@ -109,6 +109,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     : rt_(rt), st_(st), delivery_(delivery), gateway_(gateway), seq_(seq) {
   slot_ = take_slot(st);
   c_ = st.counters[static_cast<size_t>(slot_)].get();
+  if (delivery == Delivery::ports) bump(c_->started);  // a CPU stage's admitted input (Admission::used)
   if (delivery != Delivery::outbox) {
     for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = !st.outputs[i]->on_demand;
     resource_reserved_ = st.pool != nullptr;
@@ -123,14 +124,17 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     // cost 50 us or more, on one in 16 (counted 16 times) otherwise.
     if (st.item_cost_ns.load(std::memory_order_relaxed) >= 50'000)
       cpu_weight_ = 1;
-    else if (st.cpu_samples.fetch_add(1, std::memory_order_relaxed) % 16 == 0)
+    else if (c_->cpu_samples.load(std::memory_order_relaxed) % 16 == 0)
       cpu_weight_ = 16;
+    bump(c_->cpu_samples);
     if (!st.first_ns.load(std::memory_order_relaxed)) {
       int64_t zero = 0;
       st.first_ns.compare_exchange_strong(zero, t_start_, std::memory_order_relaxed);
     }
-  } else if (st.cost_samples.fetch_add(1, std::memory_order_relaxed) % 16 == 0) {
-    t_start_ = now_ns();  // without stats, one invocation in 16 is timed: the cost of an item
+  } else {
+    // Without stats, one invocation in 16 (of each worker slot) is timed: the cost of an item.
+    if (c_->cost_samples.load(std::memory_order_relaxed) % 16 == 0) t_start_ = now_ns();
+    bump(c_->cost_samples);
   }
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -87,7 +88,6 @@ using RenumberNode = flow::multifunction_node<Packet, std::tuple<Packet>>;
 using AsyncNode = flow::async_node<Packet, Packet>;
 using Gateway = AsyncNode::gateway_type;
 using Limiter = flow::limiter_node<Packet, long long>;
-using Buffer = flow::queue_node<Packet>;
 using Source = flow::input_node<Packet>;
 using Sequencer = flow::sequencer_node<Packet>;
 
@@ -105,7 +105,7 @@ class alignas(kCacheLine) Credits {
   bool try_take();
   /// Gives back a place try_take() took, telling no one (an admission that could not take all
   /// the places it needs puts back the ones it took; nothing waited for them meanwhile).
-  void untake() { free_.fetch_add(1, std::memory_order_acq_rel); }
+  void untake() { free_.fetch_add(1, std::memory_order_seq_cst); }
   /// Takes `n` places, free or not: those beyond the bound are owed, and the places that come
   /// back pay them before any admission sees them (a stage that emits several items per input).
   void owe(int64_t n);
@@ -119,10 +119,10 @@ class alignas(kCacheLine) Credits {
   int64_t bound() const { return bound_.load(std::memory_order_relaxed); }
   /// Places free now (never below 0).
   int64_t room() const { return std::max<int64_t>(0, free_.load(std::memory_order_acquire)); }
-  /// No place for the next input: none free, and none held by a token no input has used yet
-  /// (`held`: Admission::idle_tokens() of the stage these credits gate; such a place is the
-  /// next input's).
-  bool full(int64_t held = 0) const { return free_.load(std::memory_order_relaxed) + held <= 0; }
+  /// No place for the next input: none free, and none held by an input admitted that has not
+  /// started yet (`held`; such a place is as good as free: the monitor does not call the stage
+  /// blocked on it).
+  bool full(int64_t held = 0) const { return free_.load(std::memory_order_seq_cst) + held <= 0; }
 
  private:
   std::atomic<int64_t> free_{0};  // free places; below 0: owed
@@ -134,37 +134,64 @@ class alignas(kCacheLine) Credits {
   std::condition_variable place_freed_;
 };
 
-/// What admits inputs to one stage: a limiter_node in front of its node (the gate) and the
-/// credits each admission takes. The gate's count is the tokens: a token is sent (a decrement)
-/// only once one place of every credit it needs has been taken, so the limiter admits exactly
-/// the inputs the credits allow, and its count never needs reading. See edge.cpp.
-class Admission {
+/// What admits inputs to one stage, and the credits each admission takes. A stage with inputs
+/// receives them here (the admission is the receiver its producers' ports are joined to): they
+/// wait in a FIFO queue, and each one is put to the stage's node only once one place of every
+/// credit it needs has been taken, so the node runs exactly the inputs the credits allow. A
+/// source has a gate instead, a limiter_node between its input_node and its fan-out whose count
+/// is those tokens (the input_node makes its packet when the gate pulls it). See edge.cpp.
+///
+/// A receiver of oneTBB's own interface (try_put_task is its protected virtual), because a
+/// queue_node and a limiter_node in front of every stage cost two spawned tasks, five spin locks
+/// and an edge reversal per item when the stage is busy; this costs one short lock to queue an
+/// item and one to take it out, and one task, the node's body.
+class Admission final : public flow::receiver<Packet> {
  public:
-  /// Creates the gate: at most `tokens` admissions may wait for an input at once (the most
-  /// worker slots the stage will have).
-  void open(flow::graph& g, int64_t tokens);
+  /// A stage with inputs: they queue here until admitted, then go to the node admit_to() names.
+  void open(flow::graph& g);
+  void admit_to(flow::receiver<Packet>& node) { node_ = &node; }
+  /// A source: creates the gate (its threshold is 1 packet at a time).
+  void open_gate(flow::graph& g);
   /// Every admission takes one place of `c` (worker slots, the stage's output edges, its pool).
   void reserve(Credits& c) { reserve_.push_back(&c); }
   /// Every admission needs a free place of `c` but takes none: a source's edges, whose places its
   /// fan-out takes (one packet at a time, so nothing takes them in between).
   void check(Credits& c) { check_.push_back(&c); }
-  /// Some credits came back: sends the tokens they allow. Any thread; never blocks, no lock.
+  /// Some credits came back, or an input arrived: admits what the credits allow. Any thread;
+  /// never blocks, no lock held while it puts. Whoever frees a credit or queues an input calls
+  /// it after doing so (edge.cpp: why a poke that finds nothing to admit may return at once).
   void poke();
-  /// An input passed the gate: its token is used (the node's body, where it arrives).
-  void used() { idle_.fetch_sub(1, std::memory_order_relaxed); }
-  /// Tokens sent that no input has used yet (read by the monitor: the places they hold are
-  /// free for the next input, so the stage is not blocked on them).
-  int64_t idle_tokens() const { return std::max<int64_t>(0, idle_.load(std::memory_order_relaxed)); }
+  /// An admitted input reached an own-thread or timed stage's node (a CPU stage's invocations
+  /// count theirs per worker slot, SlotCounters::started).
+  void used() { used_.fetch_add(1, std::memory_order_relaxed); }
+  /// Inputs admitted so far, and of those, counted by used().
+  int64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  int64_t used_count() const { return used_.load(std::memory_order_relaxed); }
   Limiter& gate() { return *gate_; }
-  void close() { gate_.reset(); }
+  void close();
+
+ protected:
+  tbb::detail::d1::graph_task* try_put_task(const Packet& p) override;
+  flow::graph& graph_reference() const override { return *graph_; }
 
  private:
+  bool can_admit() const;
   bool take_one();
+  flow::graph* graph_ = nullptr;
+  flow::receiver<Packet>* node_ = nullptr;  // null: a source (gate_)
   std::unique_ptr<Limiter> gate_;
   std::vector<Credits*> reserve_, check_;
-  // poke()s not yet looked at; the thread that moves it from 0 sends every token (edge.cpp).
+  // The queue: written by producers (push) and the thread admitting (pop). `queued_` is its
+  // size, stored under the lock, read without it: only the admitting thread pops, so an item it
+  // sees counted is there.
+  alignas(kCacheLine) tbb::spin_mutex queue_mu_;
+  std::deque<Packet> queue_;
+  std::atomic<int64_t> queued_{0};
+  // poke()s not yet looked at; the thread that moves it from 0 admits (edge.cpp). `sent_`: on
+  // the pokes' line, written only by the thread admitting.
   alignas(kCacheLine) std::atomic<int64_t> pokes_{0};
-  std::atomic<int64_t> idle_{0};  // see idle_tokens(); on the pokes' line: the poking thread writes both
+  std::atomic<int64_t> sent_{0};
+  alignas(kCacheLine) std::atomic<int64_t> used_{0};  // written by the node's bodies
 };
 
 /// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.
@@ -183,10 +210,12 @@ struct alignas(kCacheLine) EdgeRt {
   int start_capacity = 8, max_capacity = 8;
   Credits credits;
 
-  std::atomic<int64_t> load{0};      // items (and end markers) on the edge now
+  // Written by the producer and the consumer.
+  alignas(kCacheLine) std::atomic<int64_t> load{0};  // items (and end markers) on the edge now
   std::atomic<int64_t> held{0};      // of those, held by the producer (a bundle waiting for its turn, a timer)
   std::atomic<int64_t> in_order{0};  // of those, in bundles waiting for their turn in order
-  std::atomic<int64_t> high_water{0};
+  // Written by the producer only (its workers): on a line the consumer does not write.
+  alignas(kCacheLine) std::atomic<int64_t> high_water{0};
   std::atomic<uint64_t> next_seq{0};     // items' sequence numbers on this edge: 0, 1, 2, ...
   std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
 
@@ -213,6 +242,9 @@ struct alignas(kCacheLine) SlotCounters {
   std::atomic<uint64_t> in{0}, out{0}, discarded{0};
   std::atomic<int64_t> busy_ns{0}, cpu_ns{0}, device_wait_ns{0};
   std::atomic<int64_t> busy_since{0};  // an invocation in progress since (0: idle)
+  std::atomic<uint64_t> started{0};     // invocations of admitted inputs (a CPU stage's; Admission::used)
+  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
+  std::atomic<uint64_t> cpu_samples{0};   // invocations, to read the thread CPU clock on some of them
   struct TraceEvent {
     int64_t start_ns, dur_ns;
   };
@@ -248,9 +280,8 @@ struct alignas(kCacheLine) StageRt {
   std::shared_ptr<ResourcePool> pool;
 
   // Nodes (flow_graph.cpp).
-  std::unique_ptr<Buffer> inbuf;
   std::unique_ptr<RenumberNode> renumber;
-  Admission admission;   // the gate in front of the stage's node and what each admission takes
+  Admission admission;   // where inputs wait for their credits (a source: its gate), and what each admission takes
   Credits worker_slots;  // up to max_workers; the bound is `workers` (a source: 1 packet at a time)
   Credits resources;     // the pool's resources, when the stage has a ResourcePool
   std::unique_ptr<Source> source;
@@ -298,7 +329,6 @@ struct alignas(kCacheLine) StageRt {
   // Cost of one item (ns, a moving average over invocations that measured it): sources batch
   // cheap items (flow_graph.h), and only while every stage is cheap.
   std::atomic<int64_t> item_cost_ns{0};
-  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
   std::atomic<int> batch{1};  // sources: items per packet now
   int batch_max = 1;          // sources: at most this many (half the smallest output capacity, <= 64)
   uint64_t bodies = 0;        // sources: input_node body calls, to revise `batch` now and then
@@ -306,7 +336,6 @@ struct alignas(kCacheLine) StageRt {
   // Monitor-owned idle classification (seconds of idle worker time by cause).
   double idle_starved_w = 0, idle_blocked_w = 0, idle_order_w = 0, idle_ready_w = 0;
   std::atomic<int64_t> first_ns{0};      // when the stage first took an input (a source: produced)
-  std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
 
   StageRt();
   ~StageRt();  // out of line: DeviceThread and SourceThread are complete in flow_graph.cpp
