@@ -5,24 +5,29 @@
 // produced. The count is an atomic and is the only record: a place is taken with a
 // compare-and-swap, given back with an add, and nothing else keeps a copy of it.
 //
-// The admission. Each stage has one gate, a limiter_node between its input buffer and its node
-// (flow_graph.cpp), and the gate's count is the tokens: the stage may be admitted an input for
-// each token. A token is sent (a decrement of 1) only after one place has been taken from each
-// of the stage's credits: a worker slot, a place on each output edge, a pooled resource. So
-// whenever the limiter lets an input through, its places are already reserved, and the bound
-// holds counting the items being produced. The gate starts full (raised to its threshold once,
-// when it is made) and each token lowers it by one, so its count is threshold − tokens not yet
-// used; tokens never outnumber the worker slots, so the count never leaves [0, threshold], no
-// message to it is ever clamped, and it needs no mirror.
+// The admission. Each stage's inputs arrive in its Admission, a receiver joined to its
+// producers' ports (flow_graph.cpp), and wait there in a FIFO queue. An input goes on to the
+// stage's node only after one place has been taken from each of the stage's credits: a worker
+// slot, a place on each output edge, a pooled resource. So whenever the node runs an input, its
+// places are already reserved, and the bound holds counting the items being produced. Places are
+// taken only for an input that is there: nothing is reserved ahead of the input, and the queue
+// keeps the order the inputs arrived in.
 //
-// Tokens are sent by whoever gives credits back: a consumer taking items off an edge gives
-// places back to the producer's credits, an invocation that completes gives back its worker slot
-// and the places it did not use, a pool its resources; each then pokes the admission they gate.
-// The poke takes no lock: the thread that finds no poke in progress sends every token the
-// credits allow, and looks again as long as other threads poked meanwhile, so a place that
-// comes back while a token is being put together is never overlooked. The token's decrement
-// forwards the stage's next input through the gate, on the poking thread (its body runs as a
-// task of its own; node bodies behind a gate are never run inline, flow_graph.cpp).
+// Inputs are admitted by whoever queues one or gives credits back: a producer putting an item
+// on an edge, a consumer taking items off an edge (places back to the producer's credits), an
+// invocation that completes (its worker slot and the places it did not use), a pool (its
+// resources); each then pokes the admission. The poke takes no lock: the thread that finds no
+// poke in progress admits every input the credits allow, and looks again as long as other
+// threads poked meanwhile, so a place that comes back while an input is being admitted is never
+// overlooked; and a poke that can see nothing to admit returns without writing anything (see
+// poke() for why that is safe). The admitted input is put to the node on the poking thread and
+// runs as a task of its own (the nodes are never lightweight, flow_graph.cpp). The queue's lock
+// is held only to push and pop, never while a node is put to.
+//
+// A source has a gate instead: a limiter_node between its input_node and its fan-out, whose
+// count is the tokens (a decrement of 1 per admission). The gate starts full and each token
+// lowers it by one; a source admits one packet at a time, so the count never leaves [0, 1] and no
+// message to it is ever clamped.
 //
 // A stage that emits k > 1 items for one input (pack, a reader that splits a shard) needs k − 1
 // more places. It takes them whether or not they are free (owe): the count goes below 0, the

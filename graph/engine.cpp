@@ -6,21 +6,22 @@
 // input_node: it produces only when the edge behind it accepts (pull); a source that reads
 // files produces on a thread of its own, its input_node making tickets that ask that thread
 // for the next message through an async_node (graph/source_thread.h). A CPU stage is a
-// multifunction_node (it emits zero, one or many items per input) fed by a queue_node, its input
-// buffer. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
+// multifunction_node (it emits zero, one or many items per input) fed by its admission, where
+// its inputs queue. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
 // async_node: the body hands the input to the stage's dedicated thread through a moodycamel
 // queue and returns; the thread answers through the gateway (graph/device_thread.h). A timed
 // stage (delay) is an async_node completed by a timer instead of a sleeping thread
 // (graph/timer.h). Producers and consumers are joined with make_edge.
 //
 // Every edge is bounded by its credits, an atomic count of free places, and every stage has
-// one gate in front of its node: a limiter_node whose tokens are admissions. A token goes out
-// only once it has taken a worker slot, a place on each of the stage's output edges and, for a
-// stage with a ResourcePool (pinned buffers), a resource; the consumer gives the place back when
+// one admission in front of its node: a receiver whose FIFO queue holds the stage's inputs. An
+// input goes on to the node only once a worker slot, a place on each of the stage's output
+// edges and, for a stage with a ResourcePool (pinned buffers), a resource have been taken for
+// it (a source: a limiter_node gate, one packet at a time); the consumer gives the place back when
 // it takes the item (graph/edge.cpp, which also states the bound for stages that emit several
 // items per input). So the producer is admitted an input only when each of its output edges has
 // room, and its concurrency and bounds can move while the graph runs. Back-pressure is
-// rejection and pull: a full edge leaves its producer's input waiting in the producer's buffer,
+// credits: a full edge leaves its producer's input waiting in the producer's admission,
 // no TBB task blocks, and the CPU stages share one task_arena sized to the machine, whatever
 // their worker counts.
 //
@@ -46,10 +47,10 @@
 // the threads that hold the graph open (own-thread stages, reading sources, the timer) let go.
 //
 // No TBB worker blocks: files are read on a source's thread, device work on a stage's thread,
-// delays on the timer; no lock of ours is held while a gate forwards; and no two threads write
+// delays on the timer; no lock of ours is held while an input is put to a node; and no two threads write
 // one cache line (docs/engine.md, Conventions).
 //
-// The graph that pipelines/gpt2.toml builds (gates in brackets, with what each admission takes:
+// The graph that pipelines/gpt2.toml builds (admissions in brackets, with what each one takes:
 // [w N] a worker slot of N, a number a place on that output edge, [pool N] one of pack's
 // pinned buffers; a source takes one packet at a time once every edge has a place, and its
 // fan-out takes the places; train's filtered edges to eval and checkpoint take theirs when a

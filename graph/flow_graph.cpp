@@ -51,7 +51,7 @@ void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
 
 FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
   for (auto& st : rt_.stages) build_stage(*st);
-  // Every edge: the producer's output port -> the consumer's input buffer (or its renumbering
+  // Every edge: the producer's output port -> the consumer's admission (or its renumbering
   // node, for a stage that merges several inputs and must keep their order).
   for (auto& e : rt_.edges) {
     StageRt& from = *rt_.stages[e->producer];
