@@ -123,13 +123,17 @@ void Admission::close() {
   queued_.store(0, std::memory_order_relaxed);
 }
 
-tbb::detail::d1::graph_task* Admission::try_put_task(const Packet& p) {
+void Admission::push(Packet&& p) {
   {
     tbb::spin_mutex::scoped_lock lock(queue_mu_);
-    queue_.push_back(p);
+    queue_.push_back(std::move(p));
     queued_.store(static_cast<int64_t>(queue_.size()), std::memory_order_seq_cst);  // see poke()
   }
   poke();
+}
+
+tbb::detail::d1::graph_task* Admission::try_put_task(const Packet& p) {
+  push(Packet(p));
   return tbb::detail::d1::SUCCESSFULLY_ENQUEUED;  // never rejected: the producer's put is done
 }
 

@@ -56,10 +56,12 @@ FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
   for (auto& e : rt_.edges) {
     StageRt& from = *rt_.stages[e->producer];
     StageRt& to = *rt_.stages[e->consumer];
-    if (to.renumber)
+    if (to.renumber) {
       flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.renumber);
-    else
+    } else {
       flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], to.admission);
+      e->admission = &to.admission;  // the producer's invocations put there directly (invocation.cpp)
+    }
   }
   std::lock_guard lock(rt_.timer_mu);
   rt_.timer = &timer_;

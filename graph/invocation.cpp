@@ -323,10 +323,12 @@ void Invocation::deliver(EdgeRt* e, Packet p) {
 
 void Invocation::send(Packet& p) {
   stamp(p.edge, p);
-  if (delivery_ == Delivery::ports)
-    st_.ports[static_cast<size_t>(p.edge->out_index)]->try_put(p);
-  else
+  if (delivery_ != Delivery::ports)
     gateway_->try_put(p);
+  else if (Admission* a = p.edge->admission)
+    a->push(std::move(p));  // what the port would do, without its broadcast and a copy
+  else
+    st_.ports[static_cast<size_t>(p.edge->out_index)]->try_put(p);
 }
 
 void Invocation::flush_batches() {

@@ -147,6 +147,9 @@ class alignas(kCacheLine) Credits {
 /// item and one to take it out, and one task, the node's body.
 class Admission final : public flow::receiver<Packet> {
  public:
+  /// Queues an input (a producer that knows this admission puts it here directly, moving it:
+  /// EdgeRt::admission) and admits what the credits allow.
+  void push(Packet&& p);
   /// A stage with inputs: they queue here until admitted, then go to the node admit_to() names.
   void open(flow::graph& g);
   void admit_to(flow::receiver<Packet>& node) { node_ = &node; }
@@ -200,6 +203,9 @@ class Admission final : public flow::receiver<Packet> {
 struct alignas(kCacheLine) EdgeRt {
   size_t producer = 0, consumer = 0;  // stage indices (topological order)
   int out_index = 0;                  // the producer's output port
+  // The consumer's admission, where the producer's invocations put items directly (moved, not
+  // through the port's broadcast); null when a renumbering node stands in between.
+  Admission* admission = nullptr;
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
   // A filtered edge out of an own-thread stage (train -> eval, checkpoint): its credit is taken
   // when an item the filter wants is emitted, not at admission, so a step that carries no eval

@@ -135,7 +135,10 @@ void fan_out_source(StageRt& st, const Packet& p) {
     const int64_t n = q.count();
     e->credits.owe(n);  // free: the admission saw one, and a batch was sized to the room
     e->count_in(n);
-    st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
+    if (e->admission)
+      e->admission->push(std::move(q));
+    else
+      st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
   }
   st.source_pending_items.fetch_sub(p.count(), std::memory_order_acq_rel);
   st.worker_slots.release();  // the next packet may pass the gate

@@ -45,7 +45,10 @@ void dispatch(StageRt& st, const Packet& p) {
       e->held.fetch_sub(1, std::memory_order_relaxed);
       e->in_order.fetch_sub(1, std::memory_order_relaxed);
       stamp(e, q);
-      st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
+      if (e->admission)
+        e->admission->push(std::move(q));  // the bundle is this node's alone
+      else
+        st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
     }
     return;
   }
