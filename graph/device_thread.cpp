@@ -13,10 +13,7 @@ void DeviceThread::start(Gateway& gateway) {
   thread_ = std::thread([this] { main(); });
 }
 
-void DeviceThread::hand_over(Packet& p) {
-  count_admission(st_);
-  queue_.enqueue(std::move(p));
-}
+void DeviceThread::hand_over(Packet& p) { queue_.enqueue(std::move(p)); }
 
 void DeviceThread::cancel() {
   Packet wake;  // no edge: tells the thread to leave

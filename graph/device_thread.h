@@ -7,8 +7,8 @@
 // reserve_wait on the gateway from before the sources start until it has sent its end of
 // stream, so the graph's wait_for_all() covers it.
 //
-// The queue is bounded by the stage's worker limiter (threshold 1, released when the thread
-// takes an input): it holds at most the next input, while the rest wait in the stage's input
+// The queue is bounded by the stage's worker slot (one, given back when the thread takes an
+// input, edge.cpp): it holds at most the next input, while the rest wait in the stage's input
 // buffer, where they count against the producer's edge. A TBB worker never waits for the thread.
 #pragma once
 

@@ -6,21 +6,24 @@
 // input_node: it produces only when the edge behind it accepts (pull); a source that reads
 // files produces on a thread of its own, its input_node making tickets that ask that thread
 // for the next message through an async_node (graph/source_thread.h). A CPU stage is a
-// multifunction_node (it emits zero, one or many items per input) fed by a queue_node, its input
-// buffer. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
+// multifunction_node (it emits zero, one or many items per input) fed by its admission, where
+// its inputs queue. A stage that owns a thread (device work: h2d, train, log, eval, checkpoint) is an
 // async_node: the body hands the input to the stage's dedicated thread through a moodycamel
 // queue and returns; the thread answers through the gateway (graph/device_thread.h). A timed
 // stage (delay) is an async_node completed by a timer instead of a sleeping thread
 // (graph/timer.h). Producers and consumers are joined with make_edge.
 //
-// Every edge is bounded by a limiter_node in front of its producer: the producer is admitted
-// an input only when each of its output edges has a credit, and the consumer returns the credit
-// when it takes the item (graph/edge.cpp, which also states the bound for stages that emit
-// several items per input). A stage's concurrency is a limiter too (its worker slots), so that
-// it can change while the graph runs, and a stage with a ResourcePool (pinned buffers) has one
-// more limiter counting free resources. Back-pressure is rejection and pull: a full edge leaves
-// its producer's input waiting in the producer's buffer, no TBB task blocks, and the CPU stages
-// share one task_arena sized to the machine, whatever their worker counts.
+// Every edge is bounded by its credits, an atomic count of free places, and every stage has
+// one admission in front of its node: a receiver whose FIFO queue holds the stage's inputs. An
+// input goes on to the node only once a worker slot, a place on each of the stage's output
+// edges and, for a stage with a ResourcePool (pinned buffers), a resource have been taken for
+// it (a source: a limiter_node gate, one packet at a time); the consumer gives the place back when
+// it takes the item (graph/edge.cpp, which also states the bound for stages that emit several
+// items per input). So the producer is admitted an input only when each of its output edges has
+// room, and its concurrency and bounds can move while the graph runs. Back-pressure is
+// credits: a full edge leaves its producer's input waiting in the producer's admission,
+// no TBB task blocks, and the CPU stages share one task_arena sized to the machine, whatever
+// their worker counts.
 //
 // Order: a parallel stage whose output reaches an ordered stage emits one bundle per input,
 // keyed on the input's sequence number; a sequencer_node releases the bundles in input order
@@ -44,21 +47,23 @@
 // the threads that hold the graph open (own-thread stages, reading sources, the timer) let go.
 //
 // No TBB worker blocks: files are read on a source's thread, device work on a stage's thread,
-// delays on the timer; no lock of ours is held while a limiter forwards; and no two threads
-// write one cache line (docs/engine.md, Conventions).
+// delays on the timer; no lock of ours is held while an input is put to a node; and no two threads write
+// one cache line (docs/engine.md, Conventions).
 //
-// The graph that pipelines/gpt2.toml builds (limiters in brackets: [edge capacity] counts the
-// consumer's input edge, [w N] worker slots, [pool N] pack's pinned buffers; a source's
-// [1 packet] token lets the next packet through once its fan-out task has sent the last one):
+// The graph that pipelines/gpt2.toml builds (admissions in brackets, with what each one takes:
+// [w N] a worker slot of N, a number a place on that output edge, [pool N] one of pack's
+// pinned buffers; a source takes one packet at a time once every edge has a place, and its
+// fan-out takes the places; train's filtered edges to eval and checkpoint take theirs when a
+// step goes there):
 //
-//   read_shards    input_node ─[1 packet]─[64]─▶ async_node ═▶ reader thread ═▶ fan-out ─┐
-//                  (tickets: the reads and zstd happen on the reader thread)             │
-//   tokenize ×2    queue ─[w 2]─[64]─▶ multifunction ─▶ sequencer ─▶ dispatch ───────┐  ◀┘
-//   pack           queue ─[w 1]─[2]─[pool 8]─▶ multifunction ──────────────────────┐  ◀┘
-//   h2d            queue ─[w 1]─[3]─▶ async_node ═▶ h2d thread ═▶ dispatch ──────┐  ◀┘
-//   train          queue ─[w 1]─[256]─[8]─[8]─▶ async_node ═▶ train thread ═▶ dispatch ─┬▶ log queue ─[w 1]─▶ async_node ═▶ log thread
-//                                                            (steps with eval weights) ├▶ eval queue ─[w 1]─▶ async_node ═▶ eval thread
-//                                                            (steps with a snapshot)   └▶ checkpoint queue ─[w 1]─▶ async_node ═▶ checkpoint thread
+//   read_shards    input_node ─[1 packet, 64]─▶ async_node ═▶ reader thread ═▶ fan-out ─┐
+//                  (tickets: the reads and zstd happen on the reader thread)           │
+//   tokenize ×2    queue ─[w 2, 64]─▶ multifunction ─▶ sequencer ─▶ dispatch ───────┐  ◀┘
+//   pack           queue ─[w 1, 2, pool 8]─▶ multifunction ───────────────────────┐  ◀┘
+//   h2d            queue ─[w 1, 3]─▶ async_node ═▶ h2d thread ═▶ dispatch ──────┐  ◀┘
+//   train          queue ─[w 1, 256]─▶ async_node ═▶ train thread ═▶ dispatch ─┬▶ log queue ─[w 1]─▶ async_node ═▶ log thread
+//                                                (steps with eval weights) ├▶ eval queue ─[w 1]─▶ async_node ═▶ eval thread
+//                                                (steps with a snapshot)   └▶ checkpoint queue ─[w 1]─▶ async_node ═▶ checkpoint thread
 //
 // (`pipeline graph gpt2.toml` draws the stage-level graph as Graphviz DOT.)
 //

@@ -28,26 +28,15 @@ std::array<OutPort*, kMaxOutputs> ports_of(Node& node) {
 // them in order: dispatch is lightweight (inline in the sender's thread, which oneTBB allows
 // only for a noexcept body), a source's fan-out is serial and queueing (first in, first out).
 
-// first -> chain[0] -> ... -> chain[n-1] -> last
-template <class First, class Last>
-void connect(First& first, const std::vector<Limiter*>& chain, Last& last) {
-  if (chain.empty()) {
-    flow::make_edge(first, last);
-    return;
-  }
-  flow::make_edge(first, *chain.front());
-  for (size_t i = 0; i + 1 < chain.size(); ++i) flow::make_edge(*chain[i], *chain[i + 1]);
-  flow::make_edge(*chain.back(), last);
-}
-
 // Every node body runs inside this: an error of the engine's own code (or one injected by a
 // test) fails the run naming the stage and the site, and cancels the graph (Runtime::fault).
 // Stage code has its own guard (invocation.cpp); this one catches what the engine throws.
 //
 // The bodies of CPU and async nodes must not be declared noexcept although nothing leaves
 // them: oneTBB runs a noexcept body of an async_node (whose policy is lightweight) inline in
-// the sender's thread, inside the forwarding of the limiter in front of it, and the body's
-// release of that limiter's credit would re-enter it and deadlock.
+// the sender's thread, inside the forwarding of the gate in front of it (under the gate's
+// successor lock), and a token the body sends to that gate (a worker slot given back) would
+// re-enter it and deadlock.
 template <class F>
 void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
   try {
@@ -62,15 +51,17 @@ void at_site(Runtime& rt, StageRt& st, EngineSite site, F&& body) noexcept {
 
 FlowGraph::FlowGraph(Runtime& rt) : rt_(rt) {
   for (auto& st : rt_.stages) build_stage(*st);
-  // Every edge: the producer's output port -> the consumer's input buffer (or its renumbering
+  // Every edge: the producer's output port -> the consumer's admission (or its renumbering
   // node, for a stage that merges several inputs and must keep their order).
   for (auto& e : rt_.edges) {
     StageRt& from = *rt_.stages[e->producer];
     StageRt& to = *rt_.stages[e->consumer];
-    if (to.renumber)
+    if (to.renumber) {
       flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.renumber);
-    else
-      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], *to.inbuf);
+    } else {
+      flow::make_edge(*from.ports[static_cast<size_t>(e->out_index)], to.admission);
+      e->admission = &to.admission;  // the producer's invocations put there directly (invocation.cpp)
+    }
   }
   std::lock_guard lock(rt_.timer_mu);
   rt_.timer = &timer_;
@@ -88,24 +79,30 @@ void FlowGraph::cancel() {
 
 void FlowGraph::build_stage(StageRt& st) {
   Runtime& rt = rt_;
-  // The admission chain: worker slots, one bound per output edge, pooled resources.
-  std::vector<Limiter*> chain;
-  if (!st.is_source()) {
-    st.worker_slots.open(g_, st.max_workers, st.start_workers, false);
+  // The admission (edge.cpp): inputs wait in it until it puts them to the node, each having
+  // taken a worker slot, a place on every output edge and, with a pool, a resource. A source has
+  // a gate in front of its fan-out instead, takes one packet at a time and only checks its
+  // edges: its fan-out takes the places.
+  Admission& adm = st.admission;
+  if (st.is_source()) {
+    adm.open_gate(g_);
+    st.worker_slots.open(1, 1, &adm);
   } else {
-    // One packet between a source's input_node and the end of its fan-out: the fan-out, a task
-    // of its own, settles a packet's credits before the limiters admit the next.
-    st.worker_slots.open(g_, 1, 1, true);
+    adm.open(g_);
+    st.worker_slots.open(st.max_workers, st.start_workers, &adm);
   }
-  chain.push_back(st.worker_slots.limiter.get());
+  adm.reserve(st.worker_slots);
   for (EdgeRt* e : st.outputs) {
-    e->credits.open(g_, e->max_capacity, e->start_capacity, /*send_unlocked=*/st.is_source());
-    e->credits.on_demand = e->on_demand;
-    if (!e->on_demand) chain.push_back(e->credits.limiter.get());  // on demand: counted at emission
+    const bool gates = !e->on_demand;  // on demand: the place is taken at emission
+    e->credits.open(e->max_capacity, e->start_capacity, gates ? &adm : nullptr);
+    if (gates && st.is_source())
+      adm.check(e->credits);
+    else if (gates)
+      adm.reserve(e->credits);
   }
   if (st.pool) {
-    st.resources.open(g_, st.pool->size(), st.pool->size(), false);
-    chain.push_back(st.resources.limiter.get());
+    st.resources.open(st.pool->size(), st.pool->size(), &adm);
+    adm.reserve(st.resources);
     ResourcePool* pool = st.pool.get();
     st.pool->set_gate({.reserved =
                            [pool] {
@@ -119,9 +116,9 @@ void FlowGraph::build_stage(StageRt& st) {
                            },
                        .released = [&st] { st.resources.release(); }});
   }
-
   if (st.is_source() && st.type->own_thread) {
-    // Tickets through the limiters to the reader thread, which answers with the packets
+    Limiter& gate = adm.gate();
+    // Tickets through the gate to the reader thread, which answers with the packets
     // (source_thread.h).
     st.reader = std::make_unique<SourceThread>(rt, st);
     st.source = std::make_unique<Source>(g_, [&st](tbb::flow_control& fc) {
@@ -129,17 +126,20 @@ void FlowGraph::build_stage(StageRt& st) {
       return Packet{};
     });
     st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet&, Gateway&) {
+      st.admission.used();
       at_site(rt, st, EngineSite::async, [&] { st.reader->request(); });
     });
     st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
       at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
     });
     st.ports = ports_of(*st.source_route);
-    connect(*st.source, chain, *st.async);
+    flow::make_edge(*st.source, gate);
+    flow::make_edge(gate, *st.async);
     flow::make_edge(*st.async, *st.source_route);
     return;
   }
   if (st.is_source()) {
+    Limiter& gate = adm.gate();
     st.source = std::make_unique<Source>(g_, [&rt, &st](tbb::flow_control& fc) {
       Packet out;
       bool ok = false;
@@ -151,14 +151,15 @@ void FlowGraph::build_stage(StageRt& st) {
       return out;
     });
     st.source_route = std::make_unique<SourceRouteNode>(g_, flow::serial, [&rt, &st](const Packet& p, auto&) noexcept {
+      st.admission.used();
       at_site(rt, st, EngineSite::fan_out, [&] { fan_out_source(st, p); });
     });
     st.ports = ports_of(*st.source_route);
-    connect(*st.source, chain, *st.source_route);
+    flow::make_edge(*st.source, gate);
+    flow::make_edge(gate, *st.source_route);
     return;
   }
 
-  st.inbuf = std::make_unique<Buffer>(g_);
   if (st.renumber_input) {
     // Merged inputs get one dense sequence, in arrival order, for the sequencer downstream.
     // (RenumberNode, runtime.h: the put happens inside the serial body, so numbers arrive in order.)
@@ -170,7 +171,7 @@ void FlowGraph::build_stage(StageRt& st) {
         std::get<0>(ports).try_put(q);
       });  // after a fault nothing is put: the cancelled graph ends
     });
-    flow::make_edge(flow::output_port<0>(*st.renumber), *st.inbuf);
+    flow::make_edge(flow::output_port<0>(*st.renumber), st.admission);
   }
   if (st.ordered_commit) {
     st.sequencer = std::make_unique<Sequencer>(g_, [](const Packet& p) { return static_cast<size_t>(p.seq); });
@@ -184,11 +185,10 @@ void FlowGraph::build_stage(StageRt& st) {
     // The body's Packet is the task's own copy: moving the item out of it is safe.
     st.cpu = std::make_unique<CpuNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, auto&) {
       at_site(rt, st, EngineSite::cpu, [&] {
-        count_admission(st);
         run_packet(rt, st, const_cast<Packet&>(p), Delivery::ports, nullptr);
       });
     });
-    connect(*st.inbuf, chain, *st.cpu);
+    adm.admit_to(*st.cpu);
     if (st.ordered_commit) {
       st.bundle_port = &flow::output_port<0>(*st.cpu);
       flow::make_edge(*st.bundle_port, *st.sequencer);
@@ -202,16 +202,16 @@ void FlowGraph::build_stage(StageRt& st) {
   // Own-thread and timed stages: an async node whose work leaves the TBB scheduler.
   if (st.kind == StageKind::own_thread) st.device = std::make_unique<DeviceThread>(rt, st);
   st.async = std::make_unique<AsyncNode>(g_, flow::unlimited, [&rt, &st](const Packet& p, Gateway& gateway) {
+    st.admission.used();
     at_site(rt, st, EngineSite::async, [&] {
       if (st.kind == StageKind::own_thread) {
         st.device->hand_over(const_cast<Packet&>(p));
         return;
       }
-      count_admission(st);
       run_packet(rt, st, const_cast<Packet&>(p), Delivery::gateway, &gateway);
     });
   });
-  connect(*st.inbuf, chain, *st.async);
+  adm.admit_to(*st.async);
   if (st.ordered_commit) {
     flow::make_edge(*st.async, *st.sequencer);
     st.ports = ports_of(*st.ordered_route);
@@ -231,6 +231,8 @@ void FlowGraph::run() {
     if (st->device) st->device->start(st->async->gateway());
     if (st->reader) st->reader->start(st->async->gateway());
   }
+  // The first tokens: every stage is admitted what its credits allow.
+  for (auto& st : rt_.stages) st->admission.poke();
   for (auto& st : rt_.stages)
     if (st->source) st->source->activate();
   g_.wait_for_all();
@@ -265,13 +267,10 @@ FlowGraph::~FlowGraph() {
     st->cpu.reset();
     st->async.reset();
     st->renumber.reset();
-    st->inbuf.reset();
-    st->worker_slots.limiter.reset();
-    st->resources.limiter.reset();
+    st->admission.close();
     st->ports = {};
     st->bundle_port = nullptr;
   }
-  for (auto& e : rt_.edges) e->credits.limiter.reset();
 }
 
 }  // namespace pipeline::graph

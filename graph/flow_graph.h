@@ -1,15 +1,16 @@
 // Building and running the oneTBB flow graph of one run (engine internals). The nodes each
 // stage gets, by kind (see the design note in engine.cpp for the whole graph of gpt2.toml):
 //
-//   source     input_node -> token (one packet at a time) -> limiter per output edge -> fan-out
-//              (multifunction, serial, a task of its own; it gives the token back)
-//   reading    (a source that owns a thread) input_node of tickets -> token -> edge limiters ->
-//   source     async_node: the body asks the reader thread (source_thread.h) for a packet,
-//              which it sends through the gateway -> fan-out
-//   CPU stage  input buffer (queue_node) -> worker limiter -> limiter per output edge
-//              [-> resource limiter] -> multifunction_node (concurrency unlimited: the worker
-//              limiter bounds it) -> its output ports, one per consumer
-//   own thread input buffer -> worker limiter (1) -> edge limiters -> async_node: the body
+//   source     input_node -> gate (one packet at a time, a place free on every edge) -> fan-out
+//              (multifunction, serial, a task of its own; it takes the places and gives the
+//              worker slot back)
+//   reading    (a source that owns a thread) input_node of tickets -> gate -> async_node: the
+//   source     body asks the reader thread (source_thread.h) for a packet, which it sends
+//              through the gateway -> fan-out
+//   CPU stage  input buffer (queue_node) -> gate (a worker slot, a place on every output edge
+//              [, a pooled resource]) -> multifunction_node (concurrency unlimited: the gate
+//              bounds it) -> its output ports, one per consumer
+//   own thread input buffer -> gate (worker slot 1, the edges) -> async_node: the body
 //              queues the input for the stage's thread (device_thread.h), which answers
 //              through the gateway -> dispatch (multifunction, lightweight) -> output ports
 //   timed      as own thread, but the body runs the stage and the timer (timer.h) completes it
@@ -17,8 +18,9 @@
 //              sequencer_node keyed on the input's sequence number -> dispatch (serial)
 //
 // Every consumer's input buffer is joined to its producers' output ports with make_edge. The
-// limiters are the edges' bounds (edge.cpp); a producer's limiters sit in front of it, so it is
-// admitted an input only when each of its output edges has room: back-pressure is rejection
+// gate is a limiter_node whose tokens are the stage's admissions (edge.cpp): a token goes out
+// only once a worker slot and a place on each output edge are reserved for it, so a producer
+// is admitted an input only when each of its output edges has room: back-pressure is rejection
 // and pull, and no TBB task ever blocks. Every body runs under at_site (flow_graph.cpp): an
 // error of the engine's own code fails the run and cancels the graph (Runtime::fault).
 #pragma once

@@ -241,13 +241,14 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       st.out_type = st.type->output.type;
       st.out_port = st.type->output.name;
     }
+    st.checks_out_type = st.out_type != std::type_index(typeid(void));
   }
 
   // Options, workers and order keeping.
   rt.threads = rt.opts.threads > 0 ? rt.opts.threads : tbb::info::default_concurrency();
   // Workers: "auto" (0) starts at the arena's size. A CPU stage set to "auto", or any CPU stage
   // when the run autotunes, gets worker slots up to twice the cores (at least 4) so that the
-  // autotuner can move its concurrency; the limiter's phantoms hold the extra slots back.
+  // autotuner can move its concurrency; the slots' bound holds the extra ones back.
   for (auto& stp : rt.stages) {
     StageRt& st = *stp;
     st.options = st.spec.resolved ? *st.spec.resolved : resolve_code_options(st.spec, *st.type, where(spec, st.spec));
@@ -302,8 +303,8 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     // A source with a thread of its own reads ahead, before its packets are admitted: one item each.
     st.batch_max = all && !st.type->own_thread ? std::max(1, cap / 2) : 1;
   }
-  // Capacities: "auto" (0) starts at 8. A tuned edge's limiter has room for 8 times its start
-  // (64 to 1024), held back by phantoms until the autotuner gives it out.
+  // Capacities: "auto" (0) starts at 8. A tuned edge may grow to 8 times its start (64 to
+  // 1024), as the autotuner moves its bound.
   for (auto& e : rt.edges) {
     const StageSpec& c = rt.stages[e->consumer]->spec;
     e->tune_capacity = c.capacity == 0 || rt.opts.autotune;

@@ -1,9 +1,9 @@
 // See invocation.h. The rules an invocation follows, in the order it meets them:
-//   - It starts holding one credit on each output edge (its admission reserved them), a worker
+//   - It starts holding a place on each output edge (its admission reserved them), a worker
 //     slot, and, for a stage with a ResourcePool, one resource.
 //   - Each item it emits goes to every consumer whose filter wants it, with the edge's next
-//     sequence number; the first item on an edge uses the reserved credit, later ones take a
-//     fresh credit or put the edge in debt (edge.cpp).
+//     sequence number; the first item on an edge uses the reserved place, later ones take
+//     places whether or not they are free, owing them (edge.cpp).
 //   - An order-keeping parallel stage collects its outputs in a bundle keyed by the input's
 //     sequence number; its sequencer releases bundles in input order.
 //   - At the end, unused credits and the slot go back, and the busy time is counted.
@@ -17,7 +17,7 @@
 //   - Batches: a source whose items are cheap, in a graph whose stages are all cheap, sends
 //     several items per packet (run_source); a stage that takes such a packet processes each
 //     item and sends what it emitted on each edge as one packet too. Credits still count items:
-//     the items beyond the first of a packet go on the edge as debt (edge.cpp).
+//     the items beyond the first of a packet take (or owe) places of their own (edge.cpp).
 #include "graph/invocation.h"
 
 #include "base/nvtx.h"
@@ -109,6 +109,7 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     : rt_(rt), st_(st), delivery_(delivery), gateway_(gateway), seq_(seq) {
   slot_ = take_slot(st);
   c_ = st.counters[static_cast<size_t>(slot_)].get();
+  if (delivery == Delivery::ports) bump(c_->started);  // a CPU stage's admitted input (Admission::used)
   if (delivery != Delivery::outbox) {
     for (size_t i = 0; i < st.outputs.size(); ++i) reserved_[i] = !st.outputs[i]->on_demand;
     resource_reserved_ = st.pool != nullptr;
@@ -123,14 +124,17 @@ Invocation::Invocation(Runtime& rt, StageRt& st, Delivery delivery, Gateway* gat
     // cost 50 us or more, on one in 16 (counted 16 times) otherwise.
     if (st.item_cost_ns.load(std::memory_order_relaxed) >= 50'000)
       cpu_weight_ = 1;
-    else if (st.cpu_samples.fetch_add(1, std::memory_order_relaxed) % 16 == 0)
+    else if (c_->cpu_samples.load(std::memory_order_relaxed) % 16 == 0)
       cpu_weight_ = 16;
+    bump(c_->cpu_samples);
     if (!st.first_ns.load(std::memory_order_relaxed)) {
       int64_t zero = 0;
       st.first_ns.compare_exchange_strong(zero, t_start_, std::memory_order_relaxed);
     }
-  } else if (st.cost_samples.fetch_add(1, std::memory_order_relaxed) % 16 == 0) {
-    t_start_ = now_ns();  // without stats, one invocation in 16 is timed: the cost of an item
+  } else {
+    // Without stats, one invocation in 16 (of each worker slot) is timed: the cost of an item.
+    if (c_->cost_samples.load(std::memory_order_relaxed) % 16 == 0) t_start_ = now_ns();
+    bump(c_->cost_samples);
   }
 }
 
@@ -140,6 +144,7 @@ void Invocation::take_batch(int64_t items) {
   // A CPU stage passes batches on (no bigger than the one it took); a stage with a thread of its
   // own, or a timed one, takes a batch's items in one go but sends its outputs one by one.
   batching_ = st_.kind == StageKind::cpu;
+  if (batching_) out_batch_.resize(st_.outputs.size());
 }
 
 Invocation::~Invocation() {
@@ -248,8 +253,7 @@ void Invocation::complete() {
 
 void Invocation::emit(Item item) {
   // (type_info names are unique per type: comparing the pointers first skips a strcmp.)
-  if (st_.out_type != std::type_index(typeid(void)) && item.type().name() != st_.out_type.name() &&
-      item.type() != st_.out_type)
+  if (st_.checks_out_type && item.type().name() != st_.out_type.name() && item.type() != st_.out_type)
     throw std::logic_error("stage '" + st_.spec.name + "' (type " + st_.type->name + ") emitted a " +
                            type_name_of(item.type()) + " but its output port '" + st_.out_port + "' carries " +
                            type_name_of(st_.out_type));
@@ -298,7 +302,7 @@ void Invocation::put(EdgeRt* e, Packet p) {
   else if (e->on_demand)
     wait_for_place(e);
   else
-    e->credits.extra(1, margin());
+    e->credits.owe(1);
   p.edge = e;
   e->count_in();
   deliver(e, std::move(p));
@@ -319,10 +323,12 @@ void Invocation::deliver(EdgeRt* e, Packet p) {
 
 void Invocation::send(Packet& p) {
   stamp(p.edge, p);
-  if (delivery_ == Delivery::ports)
-    st_.ports[static_cast<size_t>(p.edge->out_index)]->try_put(p);
-  else
+  if (delivery_ != Delivery::ports)
     gateway_->try_put(p);
+  else if (Admission* a = p.edge->admission)
+    a->push(std::move(p));  // what the port would do, without its broadcast and a copy
+  else
+    st_.ports[static_cast<size_t>(p.edge->out_index)]->try_put(p);
 }
 
 void Invocation::flush_batches() {
@@ -335,13 +341,13 @@ void Invocation::flush_batch(size_t i) {
   if (!b || b->empty()) return;
   EdgeRt* e = st_.outputs[i];
   const auto n = static_cast<int64_t>(b->size());
-  // One credit from the admission, the rest taken at once (or owed).
+  // One place from the admission, the rest taken at once (owed if they are not free).
   int64_t extra = n;
   if (reserved_[i]) {
     reserved_[i] = false;
     --extra;
   }
-  if (extra > 0) e->credits.extra(extra, margin());
+  if (extra > 0) e->credits.owe(extra);
   e->count_in(n);
   Packet p;
   p.edge = e;
@@ -377,7 +383,7 @@ void Invocation::flush() {
 }
 
 void Invocation::wait_for_place(EdgeRt* e) {
-  if (e->credits.take_place()) return;
+  if (e->credits.try_take()) return;
   // The edge is full: this thread (an own-thread stage's) waits for a place, and the time counts
   // as blocked, not busy. After a failure (or an abort) the wait goes on: the consumer still
   // takes its inputs, dropping them, until the end of stream has passed, and the edge keeps its
@@ -387,9 +393,9 @@ void Invocation::wait_for_place(EdgeRt* e) {
   const bool stats = rt_.opts.stats && t_start_;
   st_.placing.fetch_add(1);
   if (stats) c_->busy_since.store(0, std::memory_order_relaxed);
-  while (!e->credits.take_place()) {
+  while (!e->credits.try_take()) {
     if (rt_.graph_cancelled()) {
-      e->credits.extra(1, 0);  // owed: the edge's count stays right
+      e->credits.owe(1);  // the edge's count stays right
       break;
     }
     e->credits.wait_for_place(std::chrono::milliseconds(10));
@@ -398,13 +404,6 @@ void Invocation::wait_for_place(EdgeRt* e) {
   st_.placing.fetch_sub(1);
   if (t_start_) t_start_ += waited;  // busy time (and the cost of an item) exclude the wait
   if (stats) c_->busy_since.store(t_start_, std::memory_order_relaxed);
-}
-
-int64_t Invocation::margin() const {
-  // A single-worker CPU stage runs alone: its limiters cannot have admitted anything the mirror
-  // has not counted. Otherwise up to one admission per worker may be in flight.
-  if (st_.kind == StageKind::cpu && st_.max_workers == 1) return 0;
-  return std::max(1, st_.max_workers);
 }
 
 void Invocation::hold_for(std::chrono::nanoseconds d) {
@@ -422,7 +421,7 @@ bool Invocation::take_resource_reservation() {
   return true;
 }
 
-bool Invocation::extra_resource() { return st_.resources.try_extra(margin()); }
+bool Invocation::extra_resource() { return st_.resources.try_take(); }
 
 // Up the in-edges from `st`, as far as the producers whose every consumer has wound down. Each
 // stage sets its own flag before it reads its siblings' (seq_cst): of two consumers of one

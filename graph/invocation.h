@@ -75,7 +75,6 @@ class Invocation {
   void flush();
   void flush_batches();
   void flush_batch(size_t output);
-  int64_t margin() const;
   void wait_for_place(EdgeRt* e);
 
   Runtime& rt_;
@@ -94,7 +93,9 @@ class Invocation {
   std::shared_ptr<Bundle> bundle_;  // order-keeping parallel stages
   std::vector<Packet> held_;        // timed stages: outputs that leave at completion
   bool batching_ = false;           // the input was a batch: outputs leave as one packet per edge
-  std::array<std::shared_ptr<std::vector<Item>>, kMaxOutputs> out_batch_{};
+  // Per output edge, the batch being filled (sized only when batching: most invocations never
+  // batch, and clearing kMaxOutputs pointers on every one costs more than the hop's own work).
+  std::vector<std::shared_ptr<std::vector<Item>>> out_batch_;
   int64_t items_ = 0;               // inputs processed (for the cost of an item)
   int cpu_weight_ = 0;
 };
@@ -109,8 +110,6 @@ void note_item_cost(StageRt& st, int64_t ns, int64_t items);
 
 // The node bodies, by kind: stage_node.cpp (CPU, async, dispatch) and source_node.cpp.
 
-/// The mirrors of the limiters that admitted an input to `st` (called where the input arrives).
-void count_admission(StageRt& st);
 /// One input through a stage: takes it off its edge, runs it (or its end of stream) and
 /// completes the invocation, or, for a timed stage that held it, leaves it to the timer.
 void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway);
@@ -119,7 +118,7 @@ void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway*
 std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st);
 /// A source's input_node body.
 Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc);
-/// A source's fan-out node (after its limiters): one packet to every consumer that wants it.
+/// A source's fan-out node (after its gate): one packet to every consumer that wants it.
 void fan_out_source(StageRt& st, const Packet& p);
 /// The node after an async node or a sequencer: sends each packet to its edge's port.
 void dispatch(StageRt& st, const Packet& p);

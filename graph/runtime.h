@@ -15,10 +15,12 @@
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/spin_mutex.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -71,9 +73,9 @@ using Ports = std::tuple<Packet, Packet, Packet, Packet, Packet, Packet, Packet,
 static_assert(std::tuple_size_v<Ports> == kMaxOutputs);
 using CpuNode = flow::multifunction_node<Packet, Ports>;
 using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
-// A source's fan-out runs as a task of its own: run inline inside its limiters' try_put
-// (lightweight), a limiter message it sends (a filtered item's credit back, a batch's extra
-// credits) would re-enter the limiter that holds its successor lock, and deadlock.
+// A source's fan-out runs as a task of its own: run inline inside its gate's try_put
+// (lightweight), the token it sends when it gives the worker slot back would re-enter the gate
+// that holds its successor lock, and deadlock.
 using SourceRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing>;
 using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
 using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
@@ -86,55 +88,113 @@ using RenumberNode = flow::multifunction_node<Packet, std::tuple<Packet>>;
 using AsyncNode = flow::async_node<Packet, Packet>;
 using Gateway = AsyncNode::gateway_type;
 using Limiter = flow::limiter_node<Packet, long long>;
-using Buffer = flow::queue_node<Packet>;
 using Source = flow::input_node<Packet>;
 using Sequencer = flow::sequencer_node<Packet>;
 
-/// A limiter_node and the mirror of its count: the gate in front of a producer that bounds one
-/// of its output edges (or its worker slots, or its pooled resources). See edge.cpp.
-struct Credits {
-  std::unique_ptr<Limiter> limiter;
-  int64_t threshold = 0;  // the limiter's fixed threshold
-  mutable tbb::spin_mutex mu;  // serializes the credit decisions (and the raises' limiter messages)
-  std::atomic<int64_t> used{0};  // mirror of the limiter's count: reservations + credited items + phantoms
-  int64_t debt = 0;              // items on the edge beyond the limiter's count
-  int64_t phantoms = 0;          // credits held back so that the bound is below the threshold
-  int64_t retiring = 0;          // releases to turn into phantoms (the bound is being lowered)
-  // Credits the mirror gave back whose message has not reached the limiter yet (unlocked
-  // sends): the limiter's count is still that much higher than the mirror.
-  std::atomic<int64_t> unsent{0};
+class Admission;
 
-  /// Creates the limiter with `threshold` and holds phantoms so that the bound is `bound`.
-  /// `send_unlocked`: raises too go out after the lock, since a limiter message may run our code
-  /// inline (a source's edges; edge.cpp). Releases always do.
-  void open(flow::graph& g, int64_t threshold, int64_t bound, bool send_unlocked);
-  bool unlocked_sends = false;
-  /// An admission the limiter made (the mirror follows it).
-  void admitted() { used.fetch_add(1, std::memory_order_relaxed); }
-  /// `n` credits are free again (a reservation not used, items taken off the edge, a resource
-  /// given back). Pays debt first.
+/// A count of free places: an edge's credits (its bound), a stage's worker slots, or its pool's
+/// resources. The count is the truth; nothing mirrors it. See edge.cpp. On a cache line of its
+/// own: the producer, the consumer and whichever thread sends the stage's tokens all write it.
+class alignas(kCacheLine) Credits {
+ public:
+  /// The count starts at `bound` (in [1, max]); `gated`: the admission these credits gate, told
+  /// when some come back (null: none, an on-demand edge).
+  void open(int64_t max, int64_t bound, Admission* gated);
+  /// Takes one place if one is free; never owes.
+  bool try_take();
+  /// Gives back a place try_take() took, telling no one (an admission that could not take all
+  /// the places it needs puts back the ones it took; nothing waited for them meanwhile).
+  void untake() { free_.fetch_add(1, std::memory_order_seq_cst); }
+  /// Takes `n` places, free or not: those beyond the bound are owed, and the places that come
+  /// back pay them before any admission sees them (a stage that emits several items per input).
+  void owe(int64_t n);
+  /// `n` places are free again (items taken off the edge, a reservation not used, a worker slot
+  /// or a resource given back). Never blocks; any thread.
   void release(int64_t n = 1);
-  /// `n` more credits for items beyond the admission's; owes those there is no room for.
-  /// `margin`: admissions the limiter made that the mirror has not counted yet.
-  void extra(int64_t n, int64_t margin);
-  /// One more credit if there is one; never owes.
-  bool try_extra(int64_t margin);
-  /// Sends a release the mirror has counted (and added to `unsent`) without the lock.
-  void send_unlocked(int64_t n);
-  /// Credits free now (never below 0).
-  int64_t room() const;
-  /// An on-demand edge (EdgeRt::on_demand; its limiter is in no admission chain): takes one
-  /// credit if there is one.
-  bool take_place();
-  /// Waits (a dedicated thread, never a TBB worker) until a credit may be free, at most `d`.
+  /// Waits (a dedicated thread, never a TBB worker) until a place may be free, at most `d`.
   void wait_for_place(std::chrono::milliseconds d);
-  bool on_demand = false;
-  std::mutex place_mu;                     // on demand: release() wakes wait_for_place()
-  std::condition_variable place_freed;
-  /// Moves the bound (threshold - phantoms) to `bound`, in [1, threshold].
+  /// Moves the bound to `bound`, in [1, max]: lowering it owes the difference.
   void set_bound(int64_t bound);
-  int64_t bound() const;
-  bool full() const;
+  int64_t bound() const { return bound_.load(std::memory_order_relaxed); }
+  /// Places free now (never below 0).
+  int64_t room() const { return std::max<int64_t>(0, free_.load(std::memory_order_acquire)); }
+  /// No place for the next input: none free, and none held by an input admitted that has not
+  /// started yet (`held`; such a place is as good as free: the monitor does not call the stage
+  /// blocked on it).
+  bool full(int64_t held = 0) const { return free_.load(std::memory_order_seq_cst) + held <= 0; }
+
+ private:
+  std::atomic<int64_t> free_{0};  // free places; below 0: owed
+  std::atomic<int64_t> bound_{0};
+  int64_t max_ = 0;
+  Admission* gated_ = nullptr;
+  // An on-demand edge (no admission): release() wakes wait_for_place().
+  std::mutex place_mu_;
+  std::condition_variable place_freed_;
+};
+
+/// What admits inputs to one stage, and the credits each admission takes. A stage with inputs
+/// receives them here (the admission is the receiver its producers' ports are joined to): they
+/// wait in a FIFO queue, and each one is put to the stage's node only once one place of every
+/// credit it needs has been taken, so the node runs exactly the inputs the credits allow. A
+/// source has a gate instead, a limiter_node between its input_node and its fan-out whose count
+/// is those tokens (the input_node makes its packet when the gate pulls it). See edge.cpp.
+///
+/// A receiver of oneTBB's own interface (try_put_task is its protected virtual), because a
+/// queue_node and a limiter_node in front of every stage cost two spawned tasks, five spin locks
+/// and an edge reversal per item when the stage is busy; this costs one short lock to queue an
+/// item and one to take it out, and one task, the node's body.
+class Admission final : public flow::receiver<Packet> {
+ public:
+  /// Queues an input (a producer that knows this admission puts it here directly, moving it:
+  /// EdgeRt::admission) and admits what the credits allow.
+  void push(Packet&& p);
+  /// A stage with inputs: they queue here until admitted, then go to the node admit_to() names.
+  void open(flow::graph& g);
+  void admit_to(flow::receiver<Packet>& node) { node_ = &node; }
+  /// A source: creates the gate (its threshold is 1 packet at a time).
+  void open_gate(flow::graph& g);
+  /// Every admission takes one place of `c` (worker slots, the stage's output edges, its pool).
+  void reserve(Credits& c) { reserve_.push_back(&c); }
+  /// Every admission needs a free place of `c` but takes none: a source's edges, whose places its
+  /// fan-out takes (one packet at a time, so nothing takes them in between).
+  void check(Credits& c) { check_.push_back(&c); }
+  /// Some credits came back, or an input arrived: admits what the credits allow. Any thread;
+  /// never blocks, no lock held while it puts. Whoever frees a credit or queues an input calls
+  /// it after doing so (edge.cpp: why a poke that finds nothing to admit may return at once).
+  void poke();
+  /// An admitted input reached an own-thread or timed stage's node (a CPU stage's invocations
+  /// count theirs per worker slot, SlotCounters::started).
+  void used() { used_.fetch_add(1, std::memory_order_relaxed); }
+  /// Inputs admitted so far, and of those, counted by used().
+  int64_t sent() const { return sent_.load(std::memory_order_relaxed); }
+  int64_t used_count() const { return used_.load(std::memory_order_relaxed); }
+  Limiter& gate() { return *gate_; }
+  void close();
+
+ protected:
+  tbb::detail::d1::graph_task* try_put_task(const Packet& p) override;
+  flow::graph& graph_reference() const override { return *graph_; }
+
+ private:
+  bool can_admit() const;
+  bool take_one();
+  flow::graph* graph_ = nullptr;
+  flow::receiver<Packet>* node_ = nullptr;  // null: a source (gate_)
+  std::unique_ptr<Limiter> gate_;
+  std::vector<Credits*> reserve_, check_;
+  // The queue: written by producers (push) and the thread admitting (pop). `queued_` is its
+  // size, stored under the lock, read without it: only the admitting thread pops, so an item it
+  // sees counted is there.
+  alignas(kCacheLine) tbb::spin_mutex queue_mu_;
+  std::deque<Packet> queue_;
+  std::atomic<int64_t> queued_{0};
+  // poke()s not yet looked at; the thread that moves it from 0 admits (edge.cpp). `sent_`: on
+  // the pokes' line, written only by the thread admitting.
+  alignas(kCacheLine) std::atomic<int64_t> pokes_{0};
+  std::atomic<int64_t> sent_{0};
+  alignas(kCacheLine) std::atomic<int64_t> used_{0};  // written by the node's bodies
 };
 
 /// An edge producer -> consumer: its credits (its bound), load, sequence numbers and samples.
@@ -143,6 +203,9 @@ struct Credits {
 struct alignas(kCacheLine) EdgeRt {
   size_t producer = 0, consumer = 0;  // stage indices (topological order)
   int out_index = 0;                  // the producer's output port
+  // The consumer's admission, where the producer's invocations put items directly (moved, not
+  // through the port's broadcast); null when a renumbering node stands in between.
+  Admission* admission = nullptr;
   std::function<bool(const Item&)> accepts;  // the consumer's routing filter
   // A filtered edge out of an own-thread stage (train -> eval, checkpoint): its credit is taken
   // when an item the filter wants is emitted, not at admission, so a step that carries no eval
@@ -153,10 +216,12 @@ struct alignas(kCacheLine) EdgeRt {
   int start_capacity = 8, max_capacity = 8;
   Credits credits;
 
-  std::atomic<int64_t> load{0};      // items (and end markers) on the edge now
+  // Written by the producer and the consumer.
+  alignas(kCacheLine) std::atomic<int64_t> load{0};  // items (and end markers) on the edge now
   std::atomic<int64_t> held{0};      // of those, held by the producer (a bundle waiting for its turn, a timer)
   std::atomic<int64_t> in_order{0};  // of those, in bundles waiting for their turn in order
-  std::atomic<int64_t> high_water{0};
+  // Written by the producer only (its workers): on a line the consumer does not write.
+  alignas(kCacheLine) std::atomic<int64_t> high_water{0};
   std::atomic<uint64_t> next_seq{0};     // items' sequence numbers on this edge: 0, 1, 2, ...
   std::atomic<uint64_t> next_packet{0};  // packets' sequence numbers on this edge
 
@@ -183,6 +248,9 @@ struct alignas(kCacheLine) SlotCounters {
   std::atomic<uint64_t> in{0}, out{0}, discarded{0};
   std::atomic<int64_t> busy_ns{0}, cpu_ns{0}, device_wait_ns{0};
   std::atomic<int64_t> busy_since{0};  // an invocation in progress since (0: idle)
+  std::atomic<uint64_t> started{0};     // invocations of admitted inputs (a CPU stage's; Admission::used)
+  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
+  std::atomic<uint64_t> cpu_samples{0};   // invocations, to read the thread CPU clock on some of them
   struct TraceEvent {
     int64_t start_ns, dur_ns;
   };
@@ -207,20 +275,21 @@ struct alignas(kCacheLine) StageRt {
   StageKind kind = StageKind::cpu;
   std::vector<EdgeRt*> inputs, outputs;
   std::type_index out_type = typeid(void);
+  bool checks_out_type = false;  // out_type is known: emit() checks every item against it
   std::string out_port;
   bool ordered_commit = false;  // parallel and feeding an ordered stage: bundles + sequencer
   bool renumber_input = false;   // several inputs and ordered_commit: a serial node numbers them
   bool discard_on_stop = false;  // drops queued inputs on a stop request (graph_spec.cpp)
-  int max_workers = 1;          // worker slots (the limiter threshold)
+  int max_workers = 1;          // worker slots (the gate's threshold)
   int start_workers = 1;        // the concurrency the run starts with
   bool tune_workers = false;    // the autotuner may move the concurrency (workers = "auto", [run] autotune)
   std::shared_ptr<ResourcePool> pool;
 
   // Nodes (flow_graph.cpp).
-  std::unique_ptr<Buffer> inbuf;
   std::unique_ptr<RenumberNode> renumber;
-  Credits worker_slots;  // limiter threshold max_workers; phantoms lower it to `workers` (a source: 1)
-  Credits resources;     // the pool's gate, when the stage has a ResourcePool
+  Admission admission;   // where inputs wait for their credits (a source: its gate), and what each admission takes
+  Credits worker_slots;  // up to max_workers; the bound is `workers` (a source: 1 packet at a time)
+  Credits resources;     // the pool's resources, when the stage has a ResourcePool
   std::unique_ptr<Source> source;
   std::unique_ptr<CpuNode> cpu;
   std::unique_ptr<AsyncNode> async;
@@ -254,8 +323,8 @@ struct alignas(kCacheLine) StageRt {
   size_t outbox_next = 0;
   enum class SourceState { producing, finalizing, ending, ended };
   SourceState source_state = SourceState::producing;
-  // Items the source produced that its fan-out has not taken yet: they will take as many
-  // credits on every edge, which the mirrors do not show yet.
+  // Items the source produced that its fan-out has not taken yet: they will take as many places
+  // on every edge (next_source_packet sizes a batch to the room they leave).
   std::atomic<int64_t> source_pending_items{0};
 
   std::vector<std::unique_ptr<SlotCounters>> counters;  // per worker slot
@@ -266,7 +335,6 @@ struct alignas(kCacheLine) StageRt {
   // Cost of one item (ns, a moving average over invocations that measured it): sources batch
   // cheap items (flow_graph.h), and only while every stage is cheap.
   std::atomic<int64_t> item_cost_ns{0};
-  std::atomic<uint64_t> cost_samples{0};  // invocations, to time one in 16 when stats are off
   std::atomic<int> batch{1};  // sources: items per packet now
   int batch_max = 1;          // sources: at most this many (half the smallest output capacity, <= 64)
   uint64_t bodies = 0;        // sources: input_node body calls, to revise `batch` now and then
@@ -274,7 +342,6 @@ struct alignas(kCacheLine) StageRt {
   // Monitor-owned idle classification (seconds of idle worker time by cause).
   double idle_starved_w = 0, idle_blocked_w = 0, idle_order_w = 0, idle_ready_w = 0;
   std::atomic<int64_t> first_ns{0};      // when the stage first took an input (a source: produced)
-  std::atomic<uint64_t> cpu_samples{0};  // invocations, to read the thread CPU clock on some of them
 
   StageRt();
   ~StageRt();  // out of line: DeviceThread and SourceThread are complete in flow_graph.cpp

@@ -57,9 +57,10 @@ Packet run_source(Runtime& rt, StageRt& st, tbb::flow_control& fc) {
 std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st) {
   size_t k = static_cast<size_t>(source_batch(rt, st));
   if (k > 1) {
-    // No more than the edges have credits for: the batch then leaves owing nothing (it cannot
-    // shrink their room before it is admitted; only this source adds to them).
-    // The packet on its way to the fan-out will take credits the mirrors do not show yet.
+    // No more than the edges have places for after the packets ahead of it (made, not yet
+    // fanned out): the batch then leaves owing nothing. Only this source's fan-out takes places
+    // on its edges, and it takes the pending items' places before it stops counting them
+    // pending (pending first, then room: never more room than there is).
     int64_t room = k;
     const int64_t pending = st.source_pending_items.load(std::memory_order_acquire);
     for (EdgeRt* e : st.outputs) room = std::min(room, e->credits.room() - pending);
@@ -107,29 +108,23 @@ std::optional<Packet> next_source_packet(Runtime& rt, StageRt& st) {
 }
 
 void fan_out_source(StageRt& st, const Packet& p) {
-  // The source's token (its worker slot, one) admits one packet at a time: this one. It runs
-  // as a task of its own, so the limiter messages it sends cannot re-enter a limiter that is
-  // passing it on (flow_graph.cpp).
+  // The source's worker slot (one) admits one packet at a time: this one, which found a place
+  // free on every edge. It takes its places here, as many as it has items for each edge
+  // (edge.cpp). It runs as a task of its own, so the token it sends at the end cannot re-enter
+  // the gate that is passing it on (flow_graph.cpp).
   for (size_t i = 0; i < st.outputs.size(); ++i) {
     EdgeRt* e = st.outputs[i];
-    e->credits.admitted();  // the source's limiters passed this packet: one credit on every edge
     Packet q;
     q.kind = p.kind;
     if (p.kind == Packet::Kind::item) {
-      if (e->accepts && !e->accepts(p.item)) {
-        e->credits.release();
-        continue;
-      }
+      if (e->accepts && !e->accepts(p.item)) continue;
       q.item = p.item;
     } else if (p.kind == Packet::Kind::items) {
       // Every edge numbers its own copies of the items.
       q.items = std::make_shared<std::vector<Item>>();
       for (const Item& it : *p.items)
         if (!e->accepts || e->accepts(it)) q.items->push_back(it);
-      if (q.items->empty()) {
-        e->credits.release();
-        continue;
-      }
+      if (q.items->empty()) continue;
       if (q.items->size() == 1) {
         q.kind = Packet::Kind::item;
         q.item = std::move(q.items->front());
@@ -137,14 +132,16 @@ void fan_out_source(StageRt& st, const Packet& p) {
       }
     }
     stamp(e, q);
-    int64_t n = q.count();
+    const int64_t n = q.count();
+    e->credits.owe(n);  // free: the admission saw one, and a batch was sized to the room
     e->count_in(n);
-    // A batch: its items beyond the first take the credits run_source saw free (edge.cpp).
-    if (n > 1) e->credits.extra(n - 1, 0);
-    st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
+    if (e->admission)
+      e->admission->push(std::move(q));
+    else
+      st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
   }
   st.source_pending_items.fetch_sub(p.count(), std::memory_order_acq_rel);
-  st.worker_slots.release();  // the next packet may pass the limiters
+  st.worker_slots.release();  // the next packet may pass the gate
 }
 
 }  // namespace pipeline::graph

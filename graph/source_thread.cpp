@@ -29,11 +29,9 @@ void SourceThread::request() {
 }
 
 void SourceThread::give_back_admission() {
-  for (EdgeRt* e : st_.outputs) {
-    e->credits.admitted();
-    e->credits.release();
-  }
-  st_.worker_slots.release();  // the source's token: the input_node is asked again, and stops
+  // A source's admission takes only its worker slot (edge.cpp): the input_node is asked again,
+  // and stops.
+  st_.worker_slots.release();
 }
 
 void SourceThread::cancel() {

@@ -2,15 +2,15 @@
 // read_tokens: they read and decompress files) produces on a thread of its own, so that no TBB
 // worker ever waits for a disk, however slow the filesystem:
 //
-//   input_node ─[1 packet]─[edge limiters]─▶ async_node ═▶ reader thread ═▶ gateway ─▶ fan-out
+//   input_node ─[gate: 1 packet, room on every edge]─▶ async_node ═▶ reader thread ═▶ gateway ─▶ fan-out
 //   (tickets)
 //
-// The input_node makes tickets (a body that never blocks); each ticket the source's limiters
-// let through (one packet at a time, and only while every output edge has room) asks the reader
+// The input_node makes tickets (a body that never blocks); each ticket the source's gate
+// lets through (one packet at a time, and only while every output edge has room) asks the reader
 // for one packet. The reader keeps a few packets read ahead, in a bounded ring that it refills
 // as the tickets take them: the buffers go round a loop of fixed size, as in oneTBB's fgbzip2
 // example, and reading overlaps the stages downstream. After the end-of-stream packet has left,
-// the tickets stop, and a ticket already past the limiters gives its credits back.
+// the tickets stop, and a ticket already past the gate gives its worker slot back.
 //
 // The reader holds a reserve_wait on the gateway from its start until it has sent the end of
 // stream (or the graph is cancelled), so the flow graph's wait_for_all() covers it.
@@ -36,7 +36,7 @@ class SourceThread {
 
   /// Starts the thread (after the flow graph is built; it answers through `gateway`).
   void start(Gateway& gateway);
-  /// The async node's body: a ticket passed the source's limiters. Never blocks.
+  /// The async node's body: a ticket passed the source's gate. Never blocks.
   void request();
   /// The end of stream has left: the input_node makes no more tickets.
   bool ended() const { return ended_.load(std::memory_order_acquire); }

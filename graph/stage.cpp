@@ -72,7 +72,7 @@ void ResourcePool::release(int index) {
     ++releasing_;
   }
   // Without the lock: telling the engine may forward the owning stage's next input through its
-  // limiters, which must not run under a lock that other threads (a CUDA host callback, the
+  // gate, which must not run under a lock that other threads (a CUDA host callback, the
   // stage's own acquire) wait for. set_gate() waits until this call is over, so the engine's
   // teardown never races with it.
   gate_.released();

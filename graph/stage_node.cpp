@@ -9,13 +9,6 @@
 
 namespace pipeline::graph {
 
-void count_admission(StageRt& st) {
-  st.worker_slots.admitted();
-  for (EdgeRt* e : st.outputs)
-    if (!e->on_demand) e->credits.admitted();
-  if (st.pool) st.resources.admitted();
-}
-
 void run_packet(Runtime& rt, StageRt& st, Packet& p, Delivery delivery, Gateway* gateway) {
   auto run = [&](Invocation& inv) {
     p.edge->take(p.count());
@@ -52,7 +45,10 @@ void dispatch(StageRt& st, const Packet& p) {
       e->held.fetch_sub(1, std::memory_order_relaxed);
       e->in_order.fetch_sub(1, std::memory_order_relaxed);
       stamp(e, q);
-      st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
+      if (e->admission)
+        e->admission->push(std::move(q));  // the bundle is this node's alone
+      else
+        st.ports[static_cast<size_t>(e->out_index)]->try_put(q);
     }
     return;
   }

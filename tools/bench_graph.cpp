@@ -3,7 +3,8 @@
 //             max(a, b, c) per item in steady state, not a + b + c.
 //   overhead: items/s through a chain of pass-through CPU stages, with stats off, on, and on + trace;
 //             the stats cost should be under 2% of throughput. Also with batching off, against
-//             the same chain in plain oneTBB with one limiter (the engine's cost per hop).
+//             the same chain in plain oneTBB with one limiter (the engine's cost per hop), and
+//             in plain oneTBB with a bound per edge (a queue and a limiter per hop, as the engine).
 // usage: bench_graph [overlap|overhead|all] [--items N] [--repeats R] [--stages K]
 #include <algorithm>
 #include <chrono>
@@ -141,6 +142,53 @@ double plain_tbb_rate(int items, int n_stages) {
   return items / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The same chain as plain oneTBB with the engine's structure and no more: every edge bounded
+// at 64 items by a queue_node and a limiter_node in front of its producer (the producer is
+// admitted an item only while its output edge has room), the consumer giving the place back
+// when it starts the item. What a per-edge bound costs in oneTBB itself, without the engine.
+double plain_tbb_bounded_rate(int items, int n_stages) {
+  namespace flow = tbb::flow;
+  flow::graph g;
+  int64_t next = 0;
+  flow::input_node<Item> src(g, [&](tbb::flow_control& fc) -> Item {
+    if (next >= items) {
+      fc.stop();
+      return {};
+    }
+    return Item::make<int64_t>(next++);
+  });
+  // bound[0]: src -> pass 0; bound[k + 1]: pass k -> pass k + 1 (the last: -> sink).
+  std::vector<std::unique_ptr<flow::limiter_node<Item>>> bound;
+  std::vector<std::unique_ptr<flow::queue_node<Item>>> queue;
+  for (int k = 0; k <= n_stages; ++k) {
+    bound.push_back(std::make_unique<flow::limiter_node<Item>>(g, 64));
+    queue.push_back(std::make_unique<flow::queue_node<Item>>(g));
+  }
+  std::vector<std::unique_ptr<flow::function_node<Item, Item>>> pass;
+  for (int k = 0; k < n_stages; ++k)
+    pass.push_back(std::make_unique<flow::function_node<Item, Item>>(g, flow::serial, [&bound, k](const Item& it) {
+      bound[static_cast<size_t>(k)]->decrementer().try_put(flow::continue_msg());
+      return it;
+    }));
+  flow::function_node<Item, flow::continue_msg> sink(g, flow::serial, [&](const Item&) {
+    bound[static_cast<size_t>(n_stages)]->decrementer().try_put(flow::continue_msg());
+    return flow::continue_msg();
+  });
+  // src -> bound 0 -> queue 0 -> bound 1 -> pass 0 -> queue 1 -> bound 2 -> pass 1 ... -> queue n -> sink
+  flow::make_edge(src, *bound[0]);
+  flow::make_edge(*bound[0], *queue[0]);
+  for (int k = 0; k < n_stages; ++k) {
+    flow::make_edge(*queue[static_cast<size_t>(k)], *bound[static_cast<size_t>(k + 1)]);
+    flow::make_edge(*bound[static_cast<size_t>(k + 1)], *pass[static_cast<size_t>(k)]);
+    flow::make_edge(*pass[static_cast<size_t>(k)], *queue[static_cast<size_t>(k + 1)]);
+  }
+  flow::make_edge(*queue[static_cast<size_t>(n_stages)], sink);
+  auto t0 = Clock::now();
+  src.activate();
+  g.wait_for_all();
+  return items / std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -150,15 +198,17 @@ void overhead(int items, int repeats, int n_stages) {
   std::printf("\n== overhead: %d items through source -> %d x pass-through -> sink (1 worker each, capacity 64), "
               "median of %d runs, runs interleaved\n",
               items, n_stages, repeats);
-  std::vector<double> off, on, tr, unbatched, plain;
+  std::vector<double> off, on, tr, unbatched, plain, plain_bounded;
   for (int r = 0; r < repeats; ++r) {
     off.push_back(chain_rate(items, n_stages, false, false));
     on.push_back(chain_rate(items, n_stages, true, false));
     tr.push_back(chain_rate(items, n_stages, true, true));
     unbatched.push_back(chain_rate(items, n_stages, false, false, false));
     plain.push_back(plain_tbb_rate(items, n_stages));
+    plain_bounded.push_back(plain_tbb_bounded_rate(items, n_stages));
   }
-  double m_off = median(off), m_on = median(on), m_tr = median(tr), m_unb = median(unbatched), m_plain = median(plain);
+  double m_off = median(off), m_on = median(on), m_tr = median(tr), m_unb = median(unbatched), m_plain = median(plain),
+         m_bounded = median(plain_bounded);
   int hops = n_stages + 1;
   std::printf("%-34s %14s %16s %10s\n", "mode", "items/s", "ns/item/hop", "vs off");
   std::printf("%-34s %14.0f %16.0f %10s\n", "stats off", m_off, 1e9 / m_off / hops, "");
@@ -167,7 +217,10 @@ void overhead(int items, int repeats, int n_stages) {
   std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "stats off, batching off", m_unb, 1e9 / m_unb / hops, 100 * (m_unb / m_off - 1));
   std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "plain oneTBB chain, one limiter", m_plain, 1e9 / m_plain / hops,
               100 * (m_plain / m_off - 1));
+  std::printf("%-34s %14.0f %16.0f %+9.1f%%\n", "plain oneTBB, a bound per edge", m_bounded, 1e9 / m_bounded / hops,
+              100 * (m_bounded / m_off - 1));
   std::printf("engine (batching off) / plain oneTBB, time per item: %.2fx\n", m_plain / m_unb);
+  std::printf("engine (batching off) / plain oneTBB with a bound per edge, time per item: %.2fx\n", m_bounded / m_unb);
 }
 
 }  // namespace

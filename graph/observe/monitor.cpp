@@ -173,8 +173,15 @@ void Monitor::sample(int64_t now) {
     bool input = false, full = false, in_order = false;
     for (EdgeRt* e : st.inputs)
       if (e->load.load(std::memory_order_relaxed) - e->held.load(std::memory_order_relaxed) > 0) input = true;
+    // A place held by an input admitted that has not started yet is that input's: not blocked on it.
+    int64_t held = 0;
+    if (!st.is_source()) {
+      held = st.admission.sent() - st.admission.used_count();
+      for (const auto& c : st.counters) held -= static_cast<int64_t>(c->started.load(std::memory_order_relaxed));
+      held = std::max<int64_t>(held, 0);
+    }
     for (EdgeRt* e : st.outputs)
-      if (e->credits.full()) {
+      if (e->credits.full(e->on_demand ? 0 : held)) {
         full = true;
         in_order |= e->in_order.load(std::memory_order_relaxed) > 0;
       }
