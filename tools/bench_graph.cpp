@@ -110,19 +110,24 @@ double chain_rate(int items, int n_stages, bool stats, bool trace, bool batch = 
   return items / s;
 }
 
+// The plain chains' source: the items 0, 1, ..., items - 1.
+auto count_to(int items, int64_t& next) {
+  return [items, &next](tbb::flow_control& fc) -> Item {
+    if (next >= items) {
+      fc.stop();
+      return {};
+    }
+    return Item::make<int64_t>(next++);
+  };
+}
+
 // The reference for the engine's cost per hop: the same chain as plain oneTBB, with the same
 // payload (an Item) and one limiter bounding the whole chain at 64 items, given back by the sink.
 double plain_tbb_rate(int items, int n_stages) {
   namespace flow = tbb::flow;
   flow::graph g;
   int64_t next = 0;
-  flow::input_node<Item> src(g, [&](tbb::flow_control& fc) -> Item {
-    if (next >= items) {
-      fc.stop();
-      return {};
-    }
-    return Item::make<int64_t>(next++);
-  });
+  flow::input_node<Item> src(g, count_to(items, next));
   flow::limiter_node<Item> limit(g, 64);
   std::vector<std::unique_ptr<flow::function_node<Item, Item>>> pass;
   for (int i = 0; i < n_stages; ++i)
@@ -150,13 +155,7 @@ double plain_tbb_bounded_rate(int items, int n_stages) {
   namespace flow = tbb::flow;
   flow::graph g;
   int64_t next = 0;
-  flow::input_node<Item> src(g, [&](tbb::flow_control& fc) -> Item {
-    if (next >= items) {
-      fc.stop();
-      return {};
-    }
-    return Item::make<int64_t>(next++);
-  });
+  flow::input_node<Item> src(g, count_to(items, next));
   // bound[0]: src -> pass 0; bound[k + 1]: pass k -> pass k + 1 (the last: -> sink).
   std::vector<std::unique_ptr<flow::limiter_node<Item>>> bound;
   std::vector<std::unique_ptr<flow::queue_node<Item>>> queue;
