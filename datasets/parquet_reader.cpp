@@ -1,27 +1,11 @@
-// Parquet documents through Arrow C++ (see parquet_reader.h). A decoding thread walks the epoch's
-// row-group order, reads the text column's values through Parquet's column reader and copies them
-// into pieces of about 1 MiB, which go to the consumer through a queue bounded in bytes and come
-// back to be refilled; the consumer hands out views of the rows and keeps the position.
-//
-// Measured on the Parquet benchmark's corpus (docs/parquet.md): reading through Arrow arrays cost
-// the decoding thread about 4 ms of CPU per MB of text, a quarter of it copies (page -> Arrow
-// builder, the builder's growth, the array's transfer) and a tenth page faults on fresh buffers;
-// this path is about 3 ms per MB, two thirds of it snappy itself.
+// Parquet documents (see parquet_reader.h). A decoding thread walks the epoch's row-group order,
+// reads the text column's values through the Arrow module (parquet_module.h, loaded at the first
+// open) and copies them into pieces of about 1 MiB, which go to the consumer through a queue
+// bounded in bytes and come back to be refilled; the consumer hands out views of the rows and
+// keeps the position.
 #include "datasets/parquet_reader.h"
 
-#include <arrow/api.h>
-#include <arrow/io/file.h>
-#include <arrow/io/memory.h>
-#include <parquet/arrow/reader.h>
-#include <parquet/column_reader.h>
-#include <parquet/exception.h>
-#include <parquet/file_reader.h>
-#include <parquet/metadata.h>
-#include <parquet/schema.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -29,189 +13,12 @@
 #include <numeric>
 #include <thread>
 
+#include "datasets/parquet_module.h"
 #include "datasets/splitmix.h"
 
 namespace pipeline::datasets {
 namespace fs = std::filesystem;
 namespace {
-
-// Arrow's large buffers (a row group's column chunk as read from the file, the decompressed page)
-// come and go once per row group. From malloc they are fresh pages each time, faulted in and
-// zeroed by the kernel: measured, that was about 5% of the decoding thread. This pool keeps a few
-// freed large blocks, by power-of-two size class, to hand out again. Underneath is the system
-// allocator, not the wheel's bundled mimalloc/jemalloc: malloc is what the sanitizers see.
-class RecyclingPool final : public arrow::MemoryPool {
- public:
-  arrow::Status Allocate(int64_t size, int64_t alignment, uint8_t** out) override {
-    const int c = size_class(size);
-    if (c >= 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto& blocks = cached_[c];
-      if (!blocks.empty()) {
-        *out = blocks.back();
-        blocks.pop_back();
-        cached_bytes_ -= class_bytes(c);
-        count(size);
-        return arrow::Status::OK();
-      }
-    }
-    ARROW_RETURN_NOT_OK(base()->Allocate(c >= 0 ? class_bytes(c) : size, alignment, out));
-    count(size);
-    return arrow::Status::OK();
-  }
-
-  arrow::Status Reallocate(int64_t old_size, int64_t new_size, int64_t alignment, uint8_t** ptr) override {
-    const int old_class = size_class(old_size), new_class = size_class(new_size);
-    if (old_class < 0 && new_class < 0) {
-      ARROW_RETURN_NOT_OK(base()->Reallocate(old_size, new_size, alignment, ptr));
-    } else if (old_class != new_class) {  // a class' block holds the whole class: no copy within one
-      uint8_t* fresh = nullptr;
-      ARROW_RETURN_NOT_OK(Allocate(new_size, alignment, &fresh));
-      std::memcpy(fresh, *ptr, static_cast<size_t>(std::min(old_size, new_size)));
-      Free(*ptr, old_size, alignment);
-      *ptr = fresh;
-      return arrow::Status::OK();
-    }
-    bytes_ += new_size - old_size;
-    return arrow::Status::OK();
-  }
-
-  void Free(uint8_t* buffer, int64_t size, int64_t alignment) override {
-    bytes_ -= size;
-    const int c = size_class(size);
-    if (c < 0) return base()->Free(buffer, size, alignment);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (cached_[c].size() < 2 && cached_bytes_ + class_bytes(c) <= kMaxCachedBytes) {
-        cached_[c].push_back(buffer);
-        cached_bytes_ += class_bytes(c);
-        return;
-      }
-    }
-    base()->Free(buffer, class_bytes(c), alignment);
-  }
-
-  int64_t bytes_allocated() const override { return bytes_; }
-  int64_t total_bytes_allocated() const override { return total_; }
-  int64_t num_allocations() const override { return allocations_; }
-  std::string backend_name() const override { return "recycling(" + base()->backend_name() + ")"; }
-
- private:
-  static constexpr int kMinShift = 16, kMaxShift = 26;          // 64 KiB to 64 MiB blocks are kept
-  static constexpr int64_t kMaxCachedBytes = int64_t(64) << 20;  // at most this much held unused
-  static arrow::MemoryPool* base() { return arrow::system_memory_pool(); }
-  static int64_t class_bytes(int c) { return int64_t(1) << (kMinShift + c); }
-  static int size_class(int64_t size) {
-    if (size < (int64_t(1) << (kMinShift - 1)) || size > (int64_t(1) << kMaxShift)) return -1;
-    int c = 0;
-    while (class_bytes(c) < size) ++c;
-    return c;
-  }
-  void count(int64_t size) {
-    bytes_ += size;
-    total_ += size;
-    ++allocations_;
-  }
-
-  std::mutex mu_;
-  std::vector<uint8_t*> cached_[kMaxShift - kMinShift + 1];
-  int64_t cached_bytes_ = 0;
-  std::atomic<int64_t> bytes_{0}, total_{0}, allocations_{0};
-};
-
-arrow::MemoryPool* pool() {
-  static RecyclingPool* p = new RecyclingPool;  // never destroyed: buffers may outlive static destruction order
-  return p;
-}
-
-void check(const arrow::Status& st, const std::string& where) {
-  if (!st.ok()) throw DatasetError(where + ": " + st.ToString());
-}
-
-// One Parquet file opened for reading the text column.
-struct OpenedFile {
-  std::unique_ptr<parquet::arrow::FileReader> reader;
-  int leaf = -1;  // the column's index among the file's leaf columns
-};
-
-OpenedFile open_parquet(std::shared_ptr<arrow::io::RandomAccessFile> in, const std::string& name,
-                        const std::string& column) {
-  OpenedFile f;
-  try {
-    parquet::arrow::FileReaderBuilder builder;
-    parquet::ReaderProperties reader_props(pool());
-    reader_props.set_page_checksum_verification(true);  // where the writer stored CRCs (cheap)
-    check(builder.Open(std::move(in), reader_props),
-          name + ": not a readable Parquet file (a truncated file or a corrupt footer)");
-    parquet::ArrowReaderProperties props;
-    props.set_use_threads(false);  // decode on the calling thread (the reader's own), not Arrow's pool
-    props.set_pre_buffer(false);   // no reads on Arrow's I/O threads either
-    auto built = builder.memory_pool(pool())->properties(props)->Build();
-    check(built.status(), name + ": not a readable Parquet file");
-    f.reader = std::move(built).ValueUnsafe();
-    std::shared_ptr<arrow::Schema> schema;
-    check(f.reader->GetSchema(&schema), name + ": unreadable schema");
-    const int field = schema->GetFieldIndex(column);
-    if (field < 0) {
-      std::string names;
-      for (const auto& fld : schema->fields()) names += (names.empty() ? "" : ", ") + fld->name();
-      throw DatasetError(name + ": no column \"" + column + "\" (the file has: " + names +
-                         "); choose one with the `column` option");
-    }
-    const auto& type = schema->field(field)->type();
-    if (type->id() != arrow::Type::STRING && type->id() != arrow::Type::LARGE_STRING)
-      throw DatasetError(name + ": column \"" + column + "\" holds " + type->ToString() +
-                         ", expected string or large_string");
-    f.leaf = f.reader->parquet_reader()->metadata()->schema()->ColumnIndex(column);
-    if (f.leaf < 0) throw DatasetError(name + ": column \"" + column + "\" is not a top-level column");
-  } catch (const parquet::ParquetException& e) {
-    throw DatasetError(name + ": not a readable Parquet file: " + e.what());
-  }
-  return f;
-}
-
-OpenedFile open_parquet_file(const fs::path& path, const std::string& column) {
-  auto in = arrow::io::ReadableFile::Open(path.string(), pool());
-  check(in.status(), path.string() + ": cannot open");
-  return open_parquet(std::move(in).ValueUnsafe(), path.string(), column);
-}
-
-// Calls on_row(v) for each row of row group g in order, v the row's text or nullptr for a null,
-// until on_row returns false; returns the rows passed. Reads through Parquet's column reader
-// rather than Arrow arrays: the values are views into the decompressed page (or its dictionary),
-// copied once by on_row, with no Arrow builder, growth copies or array transfer in between.
-template <class OnRow>
-uint64_t for_each_row(const OpenedFile& f, int g, const std::string& where, int64_t batch_rows, OnRow&& on_row) {
-  uint64_t rows = 0;
-  try {
-    std::shared_ptr<parquet::ColumnReader> column = f.reader->parquet_reader()->RowGroup(g)->Column(f.leaf);
-    auto* reader = dynamic_cast<parquet::ByteArrayReader*>(column.get());
-    if (!reader) throw DatasetError(where + ": the text column is not stored as BYTE_ARRAY");
-    const int16_t max_def = column->descr()->max_definition_level();
-    if (column->descr()->max_repetition_level() != 0) throw DatasetError(where + ": the text column is repeated");
-    std::vector<int16_t> def(static_cast<size_t>(max_def > 0 ? batch_rows : 0));
-    std::vector<parquet::ByteArray> values(static_cast<size_t>(batch_rows));
-    while (reader->HasNext()) {
-      int64_t got = 0;
-      const int64_t levels = reader->ReadBatch(batch_rows, max_def > 0 ? def.data() : nullptr, nullptr, values.data(), &got);
-      if (levels <= 0) break;
-      if (got < 0 || got > levels) throw DatasetError(where + ": a page holds more values than rows");
-      int64_t v = 0;
-      for (int64_t i = 0; i < levels; ++i) {
-        const bool present = max_def == 0 || def[static_cast<size_t>(i)] == max_def;
-        if (present && v == got) throw DatasetError(where + ": a page holds fewer values than its levels say");
-        const parquet::ByteArray* value = present ? &values[static_cast<size_t>(v++)] : nullptr;
-        ++rows;
-        if (!on_row(value)) return rows;
-      }
-    }
-  } catch (const parquet::ParquetException& e) {
-    throw DatasetError(where + ": " + e.what());
-  }
-  return rows;
-}
-
-std::string_view view(const parquet::ByteArray& v) { return {reinterpret_cast<const char*>(v.ptr), v.len}; }
 
 // Decoded rows [first_row, first_row + ends.size()) of one row group: their text back to back,
 // where each ends, and which are null.
@@ -243,6 +50,7 @@ struct ParquetDocumentReader::Impl {
   };
 
   // Set by open(), read-only afterwards (both threads read them).
+  const ParquetModule* module = nullptr;
   std::vector<fs::path> files;
   std::vector<Unit> units;
   uint64_t total_rows = 0;
@@ -342,7 +150,7 @@ struct ParquetDocumentReader::Impl {
     uint64_t epoch = start.epoch, k = start.shard, skip = start.item;
     // The most recently used file stays open: consecutive row groups often share one.
     uint32_t open_index = UINT32_MAX;
-    OpenedFile open;
+    std::unique_ptr<ParquetFile> open;
     for (;;) {
       const std::vector<uint32_t> ord = order(epoch);
       uint64_t global = 0;
@@ -351,7 +159,7 @@ struct ParquetDocumentReader::Impl {
         if (!owns_unit(k)) continue;
         const Unit& u = units[ord[k]];
         if (open_index != u.file) {
-          open = open_parquet_file(files[u.file], o.column);
+          open = module->open_file(files[u.file], o.column);
           open_index = u.file;
         }
         const std::string where = files[u.file].string() + ": row group " + std::to_string(u.row_group);
@@ -369,10 +177,10 @@ struct ParquetDocumentReader::Impl {
           return true;
         };
         uint64_t row = 0;
-        const uint64_t rows = for_each_row(open, u.row_group, where, o.batch_rows, [&](const parquet::ByteArray* v) {
+        const uint64_t rows = open->for_each_row(u.row_group, where, o.batch_rows, [&](const std::string_view* v) {
           if (row++ < skip) return true;  // resumed inside this row group
           if (p.ends.empty()) p.first_row = row - 1;
-          if (v) p.text.append(view(*v));
+          if (v) p.text.append(*v);
           p.ends.push_back(p.text.size());
           p.null.push_back(v == nullptr);
           if (p.ends.size() >= static_cast<size_t>(o.batch_rows) || p.text.size() >= kPieceBytes) {
@@ -481,11 +289,11 @@ void ParquetDocumentReader::open(const fs::path& source, DatasetPosition start, 
   impl->loop = loop;
   impl->files = list_parquet_files(source);
   if (impl->files.size() > UINT32_MAX) throw DatasetError(source.string() + ": too many files");
+  impl->module = &parquet_module(source.string());
   for (uint32_t f = 0; f < impl->files.size(); ++f) {
-    OpenedFile opened = open_parquet_file(impl->files[f], options.column);
-    auto meta = opened.reader->parquet_reader()->metadata();
-    for (int g = 0; g < meta->num_row_groups(); ++g) {
-      const int64_t rows = meta->RowGroup(g)->num_rows();
+    const std::unique_ptr<ParquetFile> opened = impl->module->open_file(impl->files[f], options.column);
+    for (int g = 0; g < opened->row_groups(); ++g) {
+      const int64_t rows = opened->row_group_rows(g);
       if (rows < 0)
         throw DatasetError(impl->files[f].string() + ": row group " + std::to_string(g) + ": the footer records " +
                            std::to_string(rows) + " rows");
@@ -564,14 +372,11 @@ uint64_t ParquetDocumentReader::documents_read() const { return impl_ ? impl_->d
 
 std::vector<std::string> read_parquet_buffer(std::string_view bytes, const std::string& name, const std::string& column,
                                              size_t max_documents) {
-  auto buffer = std::make_shared<arrow::Buffer>(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                                static_cast<int64_t>(bytes.size()));
-  OpenedFile f = open_parquet(std::make_shared<arrow::io::BufferReader>(buffer), name, column);
+  const std::unique_ptr<ParquetFile> f = parquet_module(name).open_buffer(bytes, name, column);
   std::vector<std::string> docs;
-  auto meta = f.reader->parquet_reader()->metadata();
-  for (int g = 0; g < meta->num_row_groups() && docs.size() < max_documents; ++g)
-    for_each_row(f, g, name + ": row group " + std::to_string(g), 256, [&](const parquet::ByteArray* v) {
-      if (v) docs.emplace_back(view(*v));
+  for (int g = 0; g < f->row_groups() && docs.size() < max_documents; ++g)
+    f->for_each_row(g, name + ": row group " + std::to_string(g), 256, [&](const std::string_view* v) {
+      if (v) docs.emplace_back(*v);
       return docs.size() < max_documents;
     });
   return docs;

@@ -89,7 +89,8 @@ TEST_CASE("check prints the resolved settings, and every error names its key") {
 }
 
 TEST_CASE("commands that need no tensors never load LibTorch or CUDA, and still know every stage type") {
-  // LD_DEBUG=files makes the dynamic loader name, on stderr, every object it loads.
+  // LD_DEBUG=files makes the dynamic loader name, on stderr, every object it loads. Nor do they
+  // load Arrow: it is loaded only when a Parquet file is read (the test below).
   auto dir = temp_dir("light");
   const std::string data = PIPELINE_REFERENCE_DATA_DIR;
   auto loads_torch = [](const std::string& out) {
@@ -105,6 +106,8 @@ TEST_CASE("commands that need no tensors never load LibTorch or CUDA, and still 
     INFO(args);
     CHECK(contains(r.out, "file="));  // the loader did report (else the check below proves nothing)
     CHECK(!loads_torch(r.out));
+    CHECK(!contains(r.out, "libarrow"));
+    CHECK(!contains(r.out, "libparquet"));
   }
   // The control: a command that needs tensors loads them, and the check above sees it.
   auto g = test_util::shell("LD_DEBUG=files " + std::string(PIPELINE_EXE) + " generate --checkpoint " +
@@ -128,6 +131,37 @@ TEST_CASE("commands that need no tensors never load LibTorch or CUDA, and still 
   std::erase_if(names, [](const std::string& n) { return n.rfind("test_", 0) == 0; });
   CHECK(linked.count("train") == 1);
   CHECK(names == linked);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("Parquet input: prepare and a short run read it, loading Arrow's module only then") {
+  const std::string python = PIPELINE_ARROW_PYTHON;
+  if (python.empty()) {
+    MESSAGE("no Python with pyarrow configured: skipped");
+    return;
+  }
+  auto dir = temp_dir("parquet");
+  const fs::path file = dir / "docs.parquet";
+  auto w = test_util::shell(python +
+                            " -c \"import pyarrow as pa, pyarrow.parquet as pq; "
+                            "pq.write_table(pa.table({'text': ['document %d: ' % i + 'the quick brown fox ' * 20 "
+                            "for i in range(200)]}), '" + file.string() + "', row_group_size=50)\"");
+  INFO(w.out);
+  REQUIRE(w.code == 0);
+  // `prepare` in the executable, with the loader watched: Arrow comes in through the module.
+  auto p = test_util::shell("LD_DEBUG=files " + std::string(PIPELINE_EXE) + " prepare " + file.string() +
+                            " --quiet --out " + (dir / "ds").string());
+  CHECK(p.code == 0);
+  CHECK(contains(p.out, "libpipeline_parquet.so"));
+  CHECK(contains(p.out, "libarrow"));
+  CHECK(fs::exists(dir / "ds" / "manifest.json"));
+  // `run` in the LibTorch half, which loads the same module through its own copy of the reader.
+  auto r = sh("run " + kQuick + " --set data.dataset=" + file.string() +
+              " --set model.preset=tiny --set training.steps=2 --set training.seq_len=32 --set eval.every=0" +
+              " --set checkpoint.at_end=false --set run.dir=" + (dir / "r").string());
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(contains(r.out, "done: 2 steps"));
   fs::remove_all(dir);
 }
 

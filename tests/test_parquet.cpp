@@ -3,7 +3,8 @@
 // nulls, both string types; the errors for a missing or non-string column, a corrupt footer, a
 // truncated file and a corrupt row group; exact resume; ranks disjoint and complete; shuffling;
 // a weighted mix with text shards; the source forms (file, directory, glob, hub snapshot); resumed
-// on another number of ranks (datasets/partition.h), every document once.
+// on another number of ranks (datasets/partition.h), every document once; Arrow's module
+// (datasets/parquet_module.h): its errors caught by type, and one that does not load.
 // Exits 77 (CTest: skipped) when no Python with pyarrow is configured (PIPELINE_ARROW_PYTHON).
 #include <doctest/doctest.h>
 
@@ -15,10 +16,12 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "datasets/document_mix.h"
 #include "datasets/dataset_reader.h"
+#include "datasets/parquet_module.h"
 #include "datasets/parquet_reader.h"
 #include "datasets/prepare.h"
 #include "test_util.h"
@@ -171,6 +174,37 @@ TEST_CASE("errors name the file, the column and the row group") {
   // Nothing there.
   CHECK(contains(error_of([&] { read_all(tmp / "missing.parquet"); }), "no such file"));
   CHECK(contains(error_of([&] { read_all(tmp / "*.nothing.parquet"); }), "matches no Parquet file"));
+}
+
+TEST_CASE("Arrow's module: its errors arrive as DatasetError, and one that does not load says why") {
+  // Thrown inside libpipeline_parquet.so, caught here by type (not only as std::exception).
+  test_util::TempDir tmp("parquet_module");
+  const std::string good = test_util::read_file(files() / "zstd.parquet");
+  test_util::write_file(tmp / "truncated.parquet", good.substr(0, good.size() / 2));
+  std::string caught;
+  try {
+    read_all(tmp / "truncated.parquet");
+  } catch (const DatasetError& e) {
+    caught = e.what();
+  }
+  CHECK(contains(caught, (tmp / "truncated.parquet").string() + ": not a readable Parquet file"));
+  caught.clear();
+  try {
+    read_parquet_buffer(std::string_view(good).substr(0, good.size() / 2), "buffer.parquet");
+  } catch (const DatasetError& e) {
+    caught = e.what();
+  }
+  CHECK(contains(caught, "buffer.parquet: not a readable Parquet file"));
+
+  // Each path tried, with the loader's reason; never a crash.
+  test_util::write_file(tmp / "not_a_library.so", "not ELF\n");
+  const std::vector<fs::path> candidates = {tmp / "missing.so", tmp / "not_a_library.so"};
+  CHECK_THROWS_AS(load_parquet_module(candidates, "some.parquet"), DatasetError);
+  const std::string e = error_of([&] { load_parquet_module(candidates, "some.parquet"); });
+  CHECK(contains(e, "some.parquet: reading Parquet needs Arrow C++ through libpipeline_parquet.so"));
+  CHECK(contains(e, (tmp / "missing.so").string() + ": "));
+  CHECK(contains(e, "No such file"));
+  CHECK(contains(e, (tmp / "not_a_library.so").string() + ": "));
 }
 
 TEST_CASE("sources: a file, a directory, a glob, a hub snapshot") {

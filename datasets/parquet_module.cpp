@@ -1,0 +1,75 @@
+// Loads libpipeline_parquet.so, the Arrow C++ half of the Parquet reader (parquet_module.h), the
+// way tools/torch_commands.cpp loads the LibTorch half: from the executable's directory.
+#include "datasets/parquet_module.h"
+
+#include <dlfcn.h>
+
+#include <system_error>
+
+#include "datasets/shard.h"
+
+namespace pipeline::datasets {
+namespace fs = std::filesystem;
+namespace {
+
+// Beside the executable first: an installed or copied `pipeline` uses the module that came with
+// it. Then where the build put it (CMake bakes the path in), for the tests and fuzz targets,
+// whose executables live elsewhere in the build tree.
+std::vector<fs::path> parquet_module_candidates() {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) out.push_back(exe.parent_path() / kParquetModuleFile);
+  const fs::path built = PIPELINE_PARQUET_MODULE_PATH;
+  if (out.empty() || out.front() != built) out.push_back(built);
+  return out;
+}
+
+std::string last_dl_error() {
+  const char* e = dlerror();
+  return e ? e : "unknown error";
+}
+
+}  // namespace
+
+const ParquetModule& load_parquet_module(const std::vector<fs::path>& candidates, const std::string& source) {
+  std::string tried;
+  for (const fs::path& path : candidates) {
+    // RTLD_NOW: a symbol missing from Arrow's libraries is an error here, not a crash mid-read.
+    // RTLD_LOCAL: Arrow's symbols stay out of the way of everything loaded after it. A handle
+    // that loads but is refused below stays loaded: Arrow does not support being unloaded.
+    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      tried += "\n  " + path.string() + ": " + last_dl_error();
+      continue;
+    }
+    auto entry = reinterpret_cast<ParquetModuleEntry>(dlsym(handle, kParquetModuleEntry));
+    if (!entry) {
+      tried += "\n  " + path.string() + ": no entry point " + kParquetModuleEntry + ": " + last_dl_error();
+      continue;
+    }
+    const ParquetModule* module = entry();
+    if (module->version != kParquetModuleVersion) {
+      tried += "\n  " + path.string() + ": interface version " + std::to_string(module->version) + ", expected " +
+               std::to_string(kParquetModuleVersion) + " (a module from another build)";
+      continue;
+    }
+    return *module;
+  }
+  throw DatasetError(source + ": reading Parquet needs Arrow C++ through " + kParquetModuleFile +
+                     ", which did not load:" + tried +
+                     "\n(it is built with the datasets library, beside the pipeline executable: "
+                     "cmake --build BUILD --target pipeline_parquet_module)");
+}
+
+const ParquetModule& parquet_module(const std::string& source) {
+  // The one piece of process-wide state the Parquet reader keeps: the module, loaded once. A
+  // function-local static because its initialisation is lazy (a command that reads no Parquet
+  // never maps Arrow) and thread-safe (readers opened at once on several threads load it once);
+  // a load that throws is tried again at the next call. Never unloaded: Arrow keeps memory pools
+  // and threads that outlive any one reader.
+  static const ParquetModule& module = load_parquet_module(parquet_module_candidates(), source);
+  return module;
+}
+
+}  // namespace pipeline::datasets
