@@ -7,22 +7,24 @@
 //   reading    (a source that owns a thread) input_node of tickets -> gate -> async_node: the
 //   source     body asks the reader thread (source_thread.h) for a packet, which it sends
 //              through the gateway -> fan-out
-//   CPU stage  input buffer (queue_node) -> gate (a worker slot, a place on every output edge
-//              [, a pooled resource]) -> multifunction_node (concurrency unlimited: the gate
-//              bounds it) -> its output ports, one per consumer
-//   own thread input buffer -> gate (worker slot 1, the edges) -> async_node: the body
-//              queues the input for the stage's thread (device_thread.h), which answers
-//              through the gateway -> dispatch (multifunction, lightweight) -> output ports
+//   CPU stage  admission (its inputs' FIFO; puts one on once a worker slot, a place on every
+//              output edge [, a pooled resource] are taken) -> multifunction_node (concurrency
+//              unlimited: the admission bounds it) -> its output ports, one per consumer
+//   own thread admission (worker slot 1, the edges) -> async_node: the body queues the input
+//              for the stage's thread (device_thread.h), which answers through the gateway
+//              -> dispatch (multifunction, lightweight) -> output ports
 //   timed      as own thread, but the body runs the stage and the timer (timer.h) completes it
 //   ordered    a parallel stage feeding an ordered one sends one bundle per input to a
 //              sequencer_node keyed on the input's sequence number -> dispatch (serial)
 //
-// Every consumer's input buffer is joined to its producers' output ports with make_edge. The
-// gate is a limiter_node whose tokens are the stage's admissions (edge.cpp): a token goes out
-// only once a worker slot and a place on each output edge are reserved for it, so a producer
-// is admitted an input only when each of its output edges has room: back-pressure is rejection
-// and pull, and no TBB task ever blocks. Every body runs under at_site (flow_graph.cpp): an
-// error of the engine's own code fails the run and cancels the graph (Runtime::fault).
+// Every consumer's admission (or the node that numbers a merging stage's inputs) is joined to
+// its producers' output ports with make_edge; a producer's invocations also put items into it
+// directly (EdgeRt::admission), without the port's broadcast. The admission and a source's gate
+// (a limiter_node, one packet at a time) are described in edge.cpp: an input goes on only once
+// its places are taken, so a producer is admitted an input only when each of its output edges
+// has room; back-pressure is an input waiting in an admission, and no TBB task ever blocks.
+// Every body runs under at_site (flow_graph.cpp): an error of the engine's own code fails the
+// run and cancels the graph (Runtime::fault).
 #pragma once
 
 #include <memory>
