@@ -79,7 +79,7 @@ using RouteNode = flow::multifunction_node<Packet, Ports, flow::lightweight>;
 using SourceRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing>;
 using OrderedRouteNode = flow::multifunction_node<Packet, Ports, flow::queueing_lightweight>;
 using OutPort = std::remove_reference_t<decltype(flow::output_port<0>(std::declval<CpuNode&>()))>;
-// Numbers a merging stage's inputs in the order they enter its input buffer. A multifunction
+// Numbers a merging stage's inputs in the order they reach its admission. A multifunction
 // node, because it puts inside its body: a serial function_node lets the next body start
 // before the previous output has been put (oneTBB spawns the postponed task first), so its
 // outputs can overtake each other, and a packet admitted ahead of a smaller number could fill
