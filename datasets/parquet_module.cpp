@@ -1,11 +1,8 @@
 // Loads libpipeline_parquet.so, the Arrow C++ half of the Parquet reader (parquet_module.h), the
-// way tools/torch_commands.cpp loads the LibTorch half: from the executable's directory.
+// way tools/torch_commands.cpp loads the LibTorch half (base/module.h): from the executable's directory.
 #include "datasets/parquet_module.h"
 
-#include <dlfcn.h>
-
-#include <system_error>
-
+#include "base/module.h"
 #include "datasets/shard.h"
 
 namespace pipeline::datasets {
@@ -17,17 +14,12 @@ namespace {
 // whose executables live elsewhere in the build tree.
 std::vector<fs::path> parquet_module_candidates() {
   std::vector<fs::path> out;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) out.push_back(exe.parent_path() / kParquetModuleFile);
+  std::string error;
+  const fs::path dir = executable_dir(error);
+  if (!dir.empty()) out.push_back(dir / kParquetModuleFile);
   const fs::path built = PIPELINE_PARQUET_MODULE_PATH;
   if (out.empty() || out.front() != built) out.push_back(built);
   return out;
-}
-
-std::string last_dl_error() {
-  const char* e = dlerror();
-  return e ? e : "unknown error";
 }
 
 }  // namespace
@@ -35,17 +27,11 @@ std::string last_dl_error() {
 const ParquetModule& load_parquet_module(const std::vector<fs::path>& candidates, const std::string& source) {
   std::string tried;
   for (const fs::path& path : candidates) {
-    // RTLD_NOW: a symbol missing from Arrow's libraries is an error here, not a crash mid-read.
-    // RTLD_LOCAL: Arrow's symbols stay out of the way of everything loaded after it. A handle
-    // that loads but is refused below stays loaded: Arrow does not support being unloaded.
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!handle) {
-      tried += "\n  " + path.string() + ": " + last_dl_error();
-      continue;
-    }
-    auto entry = reinterpret_cast<ParquetModuleEntry>(dlsym(handle, kParquetModuleEntry));
+    // A module that loads but is refused below stays loaded: Arrow does not support unloading.
+    std::string error;
+    auto entry = reinterpret_cast<ParquetModuleEntry>(load_module_entry(path, kParquetModuleEntry, error));
     if (!entry) {
-      tried += "\n  " + path.string() + ": no entry point " + kParquetModuleEntry + ": " + last_dl_error();
+      tried += "\n  " + error;
       continue;
     }
     const ParquetModule* module = entry();

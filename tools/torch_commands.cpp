@@ -2,13 +2,12 @@
 // `pipeline run --help` answer without LibTorch. Calling one loads the LibTorch half,
 // libpipeline_torch.so from the executable's directory, and hands it the arguments
 // (tools/torch_entry.cpp); its commands are tools/cmd_run.cpp, cmd_generate.cpp and cmd_export.cpp.
-#include <dlfcn.h>
-
 #include <filesystem>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/module.h"
 #include "cli.h"
 
 namespace pipeline::cli {
@@ -18,16 +17,14 @@ namespace fs = std::filesystem;
 
 // Loaded once; never unloaded (LibTorch does not support it, and the process ends soon after).
 TorchEntry torch_entry() {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) throw std::runtime_error("cannot find this program's own path (/proc/self/exe): " + ec.message());
-  const fs::path lib = exe.parent_path() / kTorchLibrary;
-  void* handle = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    throw std::runtime_error(std::string("this command needs the LibTorch half of pipeline, which did not load: ") +
-                             dlerror() + " (it is built beside the executable: cmake --build BUILD --target pipeline)");
-  void* entry = dlsym(handle, kTorchEntry);
-  if (!entry) throw std::runtime_error(lib.string() + " has no entry point " + kTorchEntry + ": " + dlerror());
+  std::string error;
+  const fs::path dir = executable_dir(error);
+  if (dir.empty()) throw std::runtime_error(error);
+  const fs::path lib = dir / kTorchLibrary;
+  void* entry = load_module_entry(lib, kTorchEntry, error);
+  if (!entry)
+    throw std::runtime_error("this command needs the LibTorch half of pipeline, which did not load: " + error +
+                             " (it is built beside the executable: cmake --build BUILD --target pipeline)");
   return reinterpret_cast<TorchEntry>(entry);
 }
 
