@@ -35,7 +35,8 @@
 # (default build-gpu; build for `packages`), GPU_REPORT_OUT (the report's folder; default $OUT
 # when set, else BUILD/gpu_report), GPU_REPORT_STEPS (steps of each run, default 150),
 # GPU_REPORT_BUDGET_S (seconds the whole call may take, default 570: a phase that no longer fits
-# is skipped and says so in the table), GPU_REPORT_JOBS (build jobs, default nproc),
+# is skipped and says so in the table), GPU_REPORT_RESERVE_S (seconds of that budget the tests
+# leave to the measurements, default 240), GPU_REPORT_JOBS (build jobs, default nproc),
 # GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS (bench_model's arguments;
 # default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager cuda_graph"),
 # GPU_REPORT_RUN_ARGS (more arguments to both runs), GPU_REPORT_LIST (the package list; default
@@ -60,6 +61,7 @@ BENCH_ARGS=${GPU_REPORT_BENCH_ARGS:---preset gpt2 --batch 16 --seq 1024 --steps 
 BENCH_MODES=${GPU_REPORT_BENCH_MODES:-eager cuda_graph}
 RUN_ARGS=${GPU_REPORT_RUN_ARGS:-}
 CPU_MODE=${GPU_REPORT_CPU:-0}
+RESERVE=${GPU_REPORT_RESERVE_S:-240}
 ARCH=x86_64-linux-gnu
 LIST=${GPU_REPORT_LIST:-$ROOT/tools/gpu_report.debs}
 
@@ -295,7 +297,7 @@ build() {
 run_tests() {
   say "ctest -L gpu"
   local status=0 budget
-  budget=$(($(left) - 240))  # what the measurements need is kept for them
+  budget=$(($(left) - RESERVE))  # what the measurements need is kept for them
   ((budget > 60)) || budget=60
   (cd "$BUILD" && ctest -L gpu --output-on-failure --timeout "$budget" --stop-time "$(date -d "+$budget sec" +%H:%M:%S)") \
     >"$OUTDIR/ctest.log" 2>&1 || status=$?
