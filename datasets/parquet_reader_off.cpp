@@ -23,6 +23,7 @@ void ParquetDocumentReader::open(const std::filesystem::path& source, DatasetPos
   unavailable(source.string());
 }
 bool ParquetDocumentReader::next(std::string&, DocMark*) { unavailable("parquet reader"); }
+bool ParquetDocumentReader::next(std::string_view&, DocMark*) { unavailable("parquet reader"); }
 DatasetPosition ParquetDocumentReader::position() const { return {}; }
 std::string ParquetDocumentReader::describe(const DatasetPosition& p) const { return p.str(); }
 const std::vector<std::filesystem::path>& ParquetDocumentReader::files() const {
