@@ -92,6 +92,32 @@ PIPELINE_STAGE(test_slow_start, {.name = "test_slow_start", .doc = "slow for 2 s
                                  .input = any_port(), .output = any_port(),
                                  .factory = make_factory<SlowStart>()});
 
+// A stand-in for train: a first second of 20 ms items that report no device time (building the
+// model, kernel selection, a graph's capture), then 2 ms items reported whole as GPU time.
+class WarmDevice : public Stage {
+ public:
+  explicit WarmDevice(const StageContext& ctx) : name_(ctx.name) {}
+  void process(Item in, Emitter& out) override {
+    auto now = std::chrono::steady_clock::now();
+    if (!started_) t0_ = now, started_ = true;
+    if (now - t0_ < 1s) {
+      std::this_thread::sleep_for(20ms);
+    } else {
+      std::this_thread::sleep_for(2ms);
+      out.add_device_busy(name_, std::chrono::steady_clock::now() - now, /*gpu=*/true);
+    }
+    out.emit_item(std::move(in));
+  }
+
+ private:
+  std::string name_;
+  bool started_ = false;
+  std::chrono::steady_clock::time_point t0_;
+};
+PIPELINE_STAGE(test_warm_device, {.name = "test_warm_device", .doc = "1 s without device time, then all of it",
+                                  .input = any_port(), .output = any_port(),
+                                  .factory = make_factory<WarmDevice>()});
+
 }  // namespace
 
 TEST_CASE("a slow middle stage is named, with its rate and what comes after it") {
@@ -331,6 +357,7 @@ Snapshot device_run(double host, double starved, double device, bool gpu, double
   s.stages.back().own_thread = true;
   s.stages.back().device_busy_s = device * 10;
   s.stages.back().device_busy_gpu = gpu;
+  s.stages.back().steady = s.stages.back().whole_run();
   s.stages.push_back(stage("log", 0.1, 0.9, 0.0, false, true));
   for (const auto& [consumer, producer] :
        std::vector<std::pair<std::string, std::string>>{{"tok", "src"}, {"train", "tok"}, {"log", "train"}}) {
@@ -357,7 +384,50 @@ TEST_CASE("the verdict on a device stage: GPU-bound, by the GPU's time, not its 
   // Without the device time, the host rules would have seen no saturated stage.
   Snapshot plain = device_run(0.3, 0.02, 0.97, true, 0.0);
   plain.stages[2].device_busy_s = 0;
+  plain.stages[2].steady.device_busy = 0;
   CHECK(analyze(plain).kind == "none");
+}
+
+TEST_CASE("the engine's steady state carries the device time: a slow start does not hide a busy GPU") {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{1100});
+  g.add("train", "test_warm_device", {"src"}, 1, 4);
+  g.add("sink", "test_sink", {"train"}, 1, 8);
+  Snapshot s = run_graph(std::move(g));
+  Verdict v = judged(s);
+  const StageStats* t = s.stage("train");
+  REQUIRE(t);
+  MESSAGE("device share: steady " << t->steady.device_busy << ", whole run " << t->whole_run().device_busy);
+  CHECK(t->steady.device_busy > 0.8);
+  CHECK(t->whole_run().device_busy < t->steady.device_busy - 0.1);  // the first second counted as idle
+  CHECK(v.kind == "device");
+  CHECK(v.stage == "train");
+  CHECK(has(v.text, "train: GPU busy"));
+}
+
+TEST_CASE("the verdict on a device stage judges the steady state's device time, not the start-up's") {
+  // Seen on an H200: 150 steps of gpt2 with CUDA graphs, the GPU busy 97% once training ran, but
+  // the model's construction, cuDNN's first steps and the capture made the whole run's share 70%,
+  // under `saturated`: the host rules then called train "busy 100% with 1 worker".
+  Snapshot s = device_run(1.0, 0.0, 0.70, true, 0.0);
+  s.stages[2].steady.device_busy = 0.97;
+  Verdict v = analyze(s);
+  MESSAGE(v.text);
+  CHECK(v.kind == "device");
+  CHECK(has(v.text, "train: GPU busy 97%"));
+  // And the other way: a run whose steady state starves the GPU is not GPU-bound because its
+  // start was (an input side that slowed down later).
+  Snapshot late = device_run(0.2, 0.75, 0.90, true, 0.9, 0.97);
+  late.stages[2].steady.device_busy = 0.18;
+  Verdict l = analyze(late);
+  MESSAGE(l.text);
+  CHECK(l.kind == "stage");
+  CHECK(has(l.text, "train waits for input: GPU busy 18%"));
+  // No steady window yet: the whole run is all there is.
+  Snapshot early = device_run(0.3, 0.02, 0.95, true, 0.0);
+  early.steady_from_s = early.steady_to_s = -1;
+  early.stages[2].steady = StageSpan{};
+  CHECK(analyze(early).kind == "device");
 }
 
 TEST_CASE("the verdict on a device stage: launch-bound when the thread is busy and the GPU idles") {

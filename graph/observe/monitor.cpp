@@ -211,6 +211,7 @@ Monitor::Mark Monitor::mark_now(int64_t now) const {
       if (since && since < now) x.busy_ns += now - since;
       x.cpu_ns += cp->cpu_ns.load(std::memory_order_relaxed);
     }
+    x.device_ns = st.device_busy_ns.load(std::memory_order_relaxed);
     x.starved = st.idle_starved_w, x.blocked = st.idle_blocked_w, x.order = st.idle_order_w, x.ready = st.idle_ready_w;
     m.stages.push_back(x);
   }
@@ -287,6 +288,8 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
     w.cpu_cores = (b.cpu_ns - a.cpu_ns) / 1e9 / seconds;
     w.cpu_ms_per_item = items > 0 ? (b.cpu_ns - a.cpu_ns) / 1e6 / items : 0;
     w.capacity_per_s = busy_s > 0 ? items / busy_s * x.workers : 0;
+    // Reported as each step completes (log waits for its events): the steps done in the window.
+    w.device_busy = std::clamp((b.device_ns - a.device_ns) / 1e9 / seconds, 0.0, 1.0);
     if (st.kind == StageKind::cpu || st.kind == StageKind::source) s.cpu_cores += w.cpu_cores;
   }
   for (size_t i = 0; i < rt_.edges.size(); ++i) {

@@ -74,7 +74,7 @@ class Monitor {
 
   // The cumulative counters at one moment (a report): a window is the difference of two.
   struct StageMark {
-    int64_t busy_ns = 0, cpu_ns = 0;
+    int64_t busy_ns = 0, cpu_ns = 0, device_ns = 0;
     double starved = 0, blocked = 0, order = 0, ready = 0;
     uint64_t in = 0, out = 0;
   };

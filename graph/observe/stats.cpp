@@ -48,6 +48,7 @@ StageSpan StageStats::whole_run() const {
   uint64_t items = source ? items_out : items_in;
   w.cpu_ms_per_item = items ? 1000 * cpu_s / static_cast<double>(items) : 0;
   w.capacity_per_s = busy_s > 0 ? static_cast<double>(items) / busy_s * workers : 0;
+  w.device_busy = device_busy_s / wall_s;
   return w;
 }
 
@@ -57,7 +58,8 @@ void span_json(std::ostream& os, const StageSpan& w) {
   os << "{\"seconds\":" << w.seconds << ",\"busy\":" << w.busy << ",\"starved\":" << w.starved
      << ",\"blocked\":" << w.blocked << ",\"order_wait\":" << w.order_wait << ",\"ready\":" << w.ready
      << ",\"in_per_s\":" << w.in_per_s << ",\"out_per_s\":" << w.out_per_s << ",\"cpu_cores\":" << w.cpu_cores
-     << ",\"cpu_ms_per_item\":" << w.cpu_ms_per_item << ",\"capacity_per_s\":" << w.capacity_per_s << "}";
+     << ",\"cpu_ms_per_item\":" << w.cpu_ms_per_item << ",\"capacity_per_s\":" << w.capacity_per_s
+     << ",\"device_busy\":" << w.device_busy << "}";
 }
 
 StageSpan span_from_json(const JsonValue* x) {
@@ -74,6 +76,7 @@ StageSpan span_from_json(const JsonValue* x) {
   w.cpu_cores = x->number("cpu_cores");
   w.cpu_ms_per_item = x->number("cpu_ms_per_item");
   w.capacity_per_s = x->number("capacity_per_s");
+  w.device_busy = x->number("device_busy");
   return w;
 }
 

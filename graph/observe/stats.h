@@ -22,6 +22,7 @@ struct StageSpan {
   double cpu_cores = 0;                // cores its code kept busy on average (thread CPU time)
   double cpu_ms_per_item = 0;          // CPU time per item (taken; emitted, for a source)
   double capacity_per_s = 0;           // items/s it could take with its workers: workers / service time
+  double device_busy = 0;  // share of the span the device spent on the stage's work (device_busy_s)
 };
 
 struct StageStats {

@@ -21,7 +21,8 @@
 //      blocked; with no stage saturated the verdict says where the idle time went.
 //   6. A stage that does device work (train: its forward, backward and step are timed with CUDA
 //      events, device_busy_s) is judged by the device's time, not its host thread's: a thread
-//      that only launches kernels can be idle while the GPU is saturated. Over the whole run:
+//      that only launches kernels can be idle while the GPU is saturated. Over the steady state
+//      where there is one (the device time of the steps completed in it), else the whole run:
 //        GPU-bound: the device busy >= `saturated` (on the CPU the host clock stands in, and
 //          the verdict says so);
 //        launch-bound: the device idles while the host thread is busy (CUDA only): launches,
@@ -289,11 +290,14 @@ const StageStats* device_stage(const Snapshot& s) {
 // Rule 6, or nothing when the device stage is neither saturated, launch-bound nor starved (it
 // waits on its output, say: the host rules name what holds it).
 std::optional<Verdict> analyze_device(const Snapshot& s, const StageStats& d, const Verdict& host, double saturated) {
-  // Device time is reported per step, for the whole run: judge the shares over the whole run.
-  const StageSpan w = d.whole_run();
-  const double device = std::min(1.0, d.device_busy_s / d.wall_s);
+  // Over the steady state, as the host rules judge: the whole run's share counts the start-up
+  // (building the model, the first steps' kernel selection, a CUDA graph's capture) as idle
+  // device time, which put a GPU-bound run of a few hundred steps under `saturated`.
+  const bool steady = s.steady_from_s >= 0 && d.steady.seconds > 0;
+  const StageSpan w = steady ? d.steady : d.whole_run();
+  const double device = std::min(1.0, w.device_busy);
   const QueueStats* in = s.queue_of(d.name);
-  const double empty = in ? in->empty : 0.0;
+  const double empty = in ? (steady ? in->steady_empty : in->empty) : 0.0;
   const char* clock = d.device_busy_gpu ? "GPU" : "compute";
   const std::string timed = d.device_busy_gpu ? " (device events)" : " (host clock: a CPU run)";
   char buf[512];
