@@ -18,6 +18,9 @@
 #   tools/gpu_report.sh test         check, build, ctest -L gpu
 #   tools/gpu_report.sh measure      check, build, benchmarks, the two runs, table
 #   tools/gpu_report.sh table        the table again, from what the last run left
+#   tools/gpu_report.sh exec CMD...  CMD with the unpacked packages' libraries on the loader's path
+#                         (build-gpu/tools/pipeline run ...: the executables find their own
+#                         libraries, not what those load in turn, such as ICU's data library)
 #   tools/gpu_report.sh rerun        measure again with the programs already built, no checks
 #   tools/gpu_report.sh profile      check, build bench_model, then the same step profiled in
 #                         bench_model and in PyTorch (tools/eager_step.py): profile.md, the GPU
@@ -452,6 +455,12 @@ case $MODE in
   packages) packages "${2:-}" ;;
   fetch-debs) fetch_debs ;;
   table) table ;;
+  exec)
+    shift
+    (($#)) || { echo "gpu_report: exec needs a command" >&2; exit 2; }
+    [[ -f $PREFIX/.unpacked ]] || { echo "gpu_report: no packages unpacked in $PREFIX (run check or all first)" >&2; exit 2; }
+    use_debs
+    exec "$@" ;;
   rerun) mkdir -p "$OUTDIR" "$WORK"; measure; table | tee "$OUTDIR/gpu_report.md" ;;
   check)
     check_present
@@ -470,5 +479,5 @@ case $MODE in
     table | tee "$OUTDIR/gpu_report.md"
     exit $status
     ;;
-  *) echo "gpu_report: unknown mode '$MODE' (packages | fetch-debs | check | test | measure | all | profile | table | rerun; see --help)" >&2; exit 2 ;;
+  *) echo "gpu_report: unknown mode '$MODE' (packages | fetch-debs | check | test | measure | all | profile | table | rerun | exec; see --help)" >&2; exit 2 ;;
 esac
