@@ -9,6 +9,7 @@ namespace pipeline::datasets {
 namespace fs = std::filesystem;
 namespace {
 
+#ifdef PIPELINE_PARQUET_MODULE_PATH
 // Beside the executable first: an installed or copied `pipeline` uses the module that came with
 // it. Then where the build put it (CMake bakes the path in), for the tests and fuzz targets,
 // whose executables live elsewhere in the build tree.
@@ -21,6 +22,7 @@ std::vector<fs::path> parquet_module_candidates() {
   if (out.empty() || out.front() != built) out.push_back(built);
   return out;
 }
+#endif
 
 }  // namespace
 
@@ -49,6 +51,12 @@ const ParquetModule& load_parquet_module(const std::vector<fs::path>& candidates
 }
 
 const ParquetModule& parquet_module(const std::string& source) {
+#ifndef PIPELINE_PARQUET_MODULE_PATH
+  // A build configured without Arrow (PIPELINE_WITH_PARQUET=OFF; the GPU machine's) has the same
+  // reader and no module: Parquet input is still recognised, and refused here.
+  throw DatasetError(source + ": this build reads no Parquet (configured with PIPELINE_WITH_PARQUET=OFF); "
+                     "rebuild with tools/setup.sh, which brings Arrow C++ from the pyarrow wheel");
+#else
   // The one piece of process-wide state the Parquet reader keeps: the module, loaded once. A
   // function-local static because its initialisation is lazy (a command that reads no Parquet
   // never maps Arrow) and thread-safe (readers opened at once on several threads load it once);
@@ -56,6 +64,7 @@ const ParquetModule& parquet_module(const std::string& source) {
   // and threads that outlive any one reader.
   static const ParquetModule& module = load_parquet_module(parquet_module_candidates(), source);
   return module;
+#endif
 }
 
 }  // namespace pipeline::datasets

@@ -40,8 +40,6 @@ constexpr size_t kPieceBytes = size_t(1) << 20;
 
 }  // namespace
 
-bool parquet_available() { return true; }
-
 struct ParquetDocumentReader::Impl {
   struct Unit {
     uint32_t file;

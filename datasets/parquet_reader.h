@@ -37,9 +37,6 @@
 
 namespace pipeline::datasets {
 
-/// Whether Arrow/Parquet support is compiled in (CMake option PIPELINE_WITH_PARQUET).
-bool parquet_available();
-
 /// Whether `source` names Parquet input: a *.parquet file, a glob whose pattern ends in .parquet,
 /// or a directory without manifest.json that holds *.parquet files (at any depth).
 bool is_parquet_source(const std::filesystem::path& source);
