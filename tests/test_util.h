@@ -22,6 +22,8 @@
 #include <string_view>
 #include <thread>
 
+#include "kept_dirs.h"
+
 namespace test_util {
 
 /// The message of the exception `f` throws, or "" when it throws none.
@@ -55,11 +57,13 @@ inline ShellResult shell(const std::string& command) {
 inline bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
 /// An empty directory pipeline_<prefix>_<pid>_<tag> under the system temp dir (emptied when it
-/// exists), left in place afterwards so that a failing test's files can be looked at.
+/// exists), removed at the end of the executable's run if every test passed, else kept so that a
+/// failing test's files can be looked at (kept_dirs.h).
 inline std::filesystem::path fresh_dir(const std::string& prefix, const std::string& tag) {
   auto d = std::filesystem::temp_directory_path() / ("pipeline_" + prefix + "_" + std::to_string(::getpid()) + "_" + tag);
   std::filesystem::remove_all(d);
   std::filesystem::create_directories(d);
+  kept_dirs::note(d);
   return d;
 }
 

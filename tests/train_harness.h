@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "graph/engine.h"
+#include "kept_dirs.h"
 #include "runner/run_setup.h"
 #include "runner/tensorboard_log.h"
 
@@ -28,6 +29,7 @@ inline fs::path temp_dir(const std::string& tag) {
                                         std::to_string(counter++));
   fs::remove_all(d);
   fs::create_directories(d);
+  kept_dirs::note(d);  // removed at the end if every test passed
   return d;
 }
 
