@@ -157,8 +157,9 @@ class Emitter {
   /// Timed stages only (StageType::timed): complete this invocation `d` from now, without
   /// holding a thread; its outputs leave then. The stats count the held time as busy.
   void hold_for(std::chrono::nanoseconds d);
-  /// This invocation spent `d` waiting for the device (a CUDA event): the stats count it as
-  /// `device wait`, not as busy time.
+  /// This invocation spent `d` waiting for the device (a CUDA event): the stats record it as the
+  /// stage's device_wait_s, a part of its busy time (the verdict judges the device by
+  /// add_device_busy's time instead).
   void add_device_wait(std::chrono::nanoseconds d);
   /// Device (GPU) time spent on behalf of stage `stage`, measured with device events by
   /// whichever stage reads them (log reads train's): the stats show it as that stage's
