@@ -68,7 +68,11 @@ TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real out
       " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
       "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
       "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
-      "--set training.seq_len=32 --set training.dtype=fp32'";
+      "--set training.seq_len=32 --set training.dtype=fp32'"
+      // PyTorch's step on the same arguments, where the build has a torch python (later wins).
+      + (std::string(PIPELINE_TORCH_PYTHON).empty() ? std::string(" GPU_REPORT_PYTORCH_MODES=eager")
+                                                    : " GPU_REPORT_PYTORCH_MODES=eager GPU_REPORT_TORCH_PY=" +
+                                                          std::string(PIPELINE_TORCH_PYTHON));
   auto r = report(env, "all");
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -79,6 +83,14 @@ TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real out
   CHECK(contains(r.out, "| bench_model --preset tiny --batch 2 --seq 32"));
   CHECK(contains(r.out, "| eager | "));
   CHECK(contains(r.out, "| cuda_graph | not run |"));
+  CHECK(contains(r.out, "| PyTorch torch.compile (tools/eager_step.py) | not run |"));  // not asked for
+  if (!std::string(PIPELINE_TORCH_PYTHON).empty()) {
+    // tools/eager_step.py ran on bench_model's arguments, and the table compares the two.
+    CHECK_FALSE(contains(r.out, "| PyTorch eager (tools/eager_step.py) | not run |"));
+    CHECK(contains(r.out, "| PyTorch eager (tools/eager_step.py) | "));
+    CHECK(contains(r.out, "bench_model eager, same machine and call: "));
+    CHECK(contains(r.out, "x PyTorch eager's speed"));
+  }
   CHECK(contains(r.out, "| gpt2.toml | 3 | "));
   CHECK(contains(r.out, "| gpt2_synthetic.toml | 3 | "));
   CHECK(contains(r.out, "fwd "));  // the per-phase times of the last step (host_ms on the CPU)

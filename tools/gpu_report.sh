@@ -42,7 +42,9 @@
 # leave to the measurements, default 240), GPU_REPORT_JOBS (build jobs, default nproc),
 # GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_BENCH_ARGS (bench_model's arguments;
 # default gpt2 at 16x1024 bf16), GPU_REPORT_BENCH_MODES (default "eager cuda_graph"),
-# GPU_REPORT_RUN_ARGS (more arguments to both runs), GPU_REPORT_LIST (the package list; default
+# GPU_REPORT_RUN_ARGS (more arguments to both runs), GPU_REPORT_PYTORCH_MODES (PyTorch's step on
+# bench_model's arguments, tools/eager_step.py, after the runs; default "eager compile", "" for
+# none), GPU_REPORT_LIST (the package list; default
 # tools/gpu_report.debs), GPU_REPORT_WORK (default BUILD/gpu_report_work), GPU_REPORT_CPU=1 (a
 # CPU machine: no GPU to look for; `all` then uses the build directory as it is, with no .debs,
 # and `check` configures against the .debs as on the GPU machine).
@@ -62,6 +64,7 @@ JOBS=${GPU_REPORT_JOBS:-$(nproc)}
 NVIDIA_SMI=${GPU_REPORT_NVIDIA_SMI:-nvidia-smi}
 BENCH_ARGS=${GPU_REPORT_BENCH_ARGS:---preset gpt2 --batch 16 --seq 1024 --steps 20 --warmup 5 --dtype bf16}
 BENCH_MODES=${GPU_REPORT_BENCH_MODES:-eager cuda_graph}
+PYTORCH_MODES=${GPU_REPORT_PYTORCH_MODES-eager compile}
 RUN_ARGS=${GPU_REPORT_RUN_ARGS:-}
 CPU_MODE=${GPU_REPORT_CPU:-0}
 RESERVE=${GPU_REPORT_RESERVE_S:-240}
@@ -313,7 +316,7 @@ run_tests() {
 
 measure() {
   local mode line
-  rm -rf "$WORK"/bench_*.result "$WORK"/run_*
+  rm -rf "$WORK"/bench_*.result "$WORK"/pytorch_*.result "$WORK"/run_*
   : >"$OUTDIR/bench.log"
   for mode in $BENCH_MODES; do
     if (($(left) < 90)); then say "bench_model ($mode) skipped: the time budget is spent"; continue; fi
@@ -345,6 +348,37 @@ measure() {
       echo "gpu_report: pipeline run $cfg.toml failed; log: $OUTDIR/run_$cfg.log" >&2
       exit 1
     fi
+  done
+  pytorch
+}
+
+# PyTorch's step on bench_model's arguments (tools/eager_step.py: the same model, step and loss),
+# eager and compiled, on the same machine in the same call: the reference the table compares
+# bench_model with. Last and not fatal: a failure is logged and its row says so.
+pytorch() {
+  local mode need args
+  args=$BENCH_ARGS
+  [[ " $args " == *" --device "* ]] || args+=" --device cuda"
+  for mode in $PYTORCH_MODES; do
+    if [[ ! -x $TORCH_PY ]]; then say "PyTorch ($mode) skipped: no python at $TORCH_PY"; continue; fi
+    need=60
+    [[ $mode == compile ]] && need=150  # the compilation itself takes about a minute
+    if (($(left) < need)); then say "PyTorch $mode skipped: the time budget is spent"; continue; fi
+    say "tools/eager_step.py $args ($mode)"
+    local flag=""
+    [[ $mode == compile ]] && flag=--compile
+    echo "== tools/eager_step.py $args $flag" >>"$OUTDIR/bench.log"
+    # shellcheck disable=SC2086  # args is a list of words
+    if ! "$TORCH_PY" "$ROOT/tools/eager_step.py" $args $flag >"$WORK/pytorch_$mode.log" 2>&1; then
+      cat "$WORK/pytorch_$mode.log" >>"$OUTDIR/bench.log"
+      say "PyTorch ($mode) failed; log: $OUTDIR/bench.log"
+      continue
+    fi
+    cat "$WORK/pytorch_$mode.log" >>"$OUTDIR/bench.log"
+    # "eager gpt2 16x1024 bf16 on cuda, 2 threads: 47.7 ms/step, 343,631 tokens/s over ..."
+    sed -nE 's/.* ([0-9.]+) ms\/step, ([0-9,]+) tokens\/s.*/result ms_per_step=\1 tokens_per_s=\2/p' \
+      "$WORK/pytorch_$mode.log" | tr -d ',' | tail -1 >"$WORK/pytorch_$mode.result"
+    [[ -s $WORK/pytorch_$mode.result ]] || say "PyTorch ($mode) printed no ms/step line"
   done
 }
 
@@ -380,8 +414,11 @@ table() {
 import json, os, sys
 work, gpu, bench_args, seconds = sys.argv[1:5]
 
-def bench(mode):
-    words = open(os.path.join(work, f"bench_{mode}.result")).read().split()
+def bench(mode, prefix="bench"):
+    path = os.path.join(work, f"{prefix}_{mode}.result")
+    if not os.path.exists(path) or not open(path).read().strip():
+        return None
+    words = open(path).read().split()
     return dict(w.split("=", 1) for w in words[1:])
 
 def run(cfg):
@@ -413,12 +450,24 @@ print()
 print(f"| bench_model {bench_args} | ms/step | tokens/s | MFU | peak memory |")
 print("| --- | --- | --- | --- | --- |")
 for mode in ("eager", "cuda_graph"):
-    if not os.path.exists(os.path.join(work, f"bench_{mode}.result")):
+    b = bench(mode)
+    if b is None:
         print(f"| {mode} | not run | | | |")
         continue
-    b = bench(mode)
     print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | "
           f"{100 * float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
+for mode, name in (("eager", "PyTorch eager"), ("compile", "PyTorch torch.compile")):
+    p = bench(mode, "pytorch")
+    if p is None:
+        print(f"| {name} (tools/eager_step.py) | not run | | | |")
+        continue
+    print(f"| {name} (tools/eager_step.py) | {float(p['ms_per_step']):.1f} | {float(p['tokens_per_s']):,.0f} | | |")
+ours = bench("eager")
+against = [(name, bench(mode, "pytorch")) for mode, name in (("eager", "eager"), ("compile", "torch.compile"))]
+against = [f"{float(p['ms_per_step']) / float(ours['ms_per_step']):.2f}x PyTorch {name}'s speed"
+           for name, p in against if p is not None and ours is not None and float(ours["ms_per_step"]) > 0]
+if against:
+    print(f"\nbench_model eager, same machine and call: {', '.join(against)}")
 rows = {cfg: run(cfg) for cfg in ("gpt2", "gpt2_synthetic")}
 print()
 print("| pipeline run | steps | tokens/s | ms/step | train GPU busy (steady state) | last step, ms per phase | verdict |")
