@@ -63,16 +63,16 @@ TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real out
   // pipelines, the table.
   auto root = fs::temp_directory_path() / ("pipeline_gpu_report_all_" + std::to_string(::getpid()));
   fs::remove_all(root);
+  const std::string torch_py = PIPELINE_TORCH_PYTHON;
   const std::string env =
       no_gpu_env(root) + " GPU_REPORT_CPU=1 GPU_REPORT_JOBS=1 PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR +
       " GPU_REPORT_STEPS=3 GPU_REPORT_BENCH_MODES=eager "
       "GPU_REPORT_BENCH_ARGS='--preset tiny --batch 2 --seq 32 --steps 2 --warmup 1 --device cpu --dtype fp32' "
       "GPU_REPORT_RUN_ARGS='--set run.device=cpu --set model.preset=tiny --set training.batch_size=2 "
-      "--set training.seq_len=32 --set training.dtype=fp32'"
-      // PyTorch's step on the same arguments, where the build has a torch python (later wins).
-      + (std::string(PIPELINE_TORCH_PYTHON).empty() ? std::string(" GPU_REPORT_PYTORCH_MODES=eager")
-                                                    : " GPU_REPORT_PYTORCH_MODES=eager GPU_REPORT_TORCH_PY=" +
-                                                          std::string(PIPELINE_TORCH_PYTHON));
+      "--set training.seq_len=32 --set training.dtype=fp32' GPU_REPORT_PYTORCH_MODES=eager"
+      // PyTorch's step on the same arguments, where the build has a torch python (the later
+      // assignment wins over no_gpu_env's).
+      + (torch_py.empty() ? "" : " GPU_REPORT_TORCH_PY=" + torch_py);
   auto r = report(env, "all");
   INFO(r.out);
   REQUIRE(r.code == 0);
@@ -84,7 +84,7 @@ TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real out
   CHECK(contains(r.out, "| eager | "));
   CHECK(contains(r.out, "| cuda_graph | not run |"));
   CHECK(contains(r.out, "| PyTorch torch.compile (tools/eager_step.py) | not run |"));  // not asked for
-  if (!std::string(PIPELINE_TORCH_PYTHON).empty()) {
+  if (!torch_py.empty()) {
     // tools/eager_step.py ran on bench_model's arguments, and the table compares the two.
     CHECK_FALSE(contains(r.out, "| PyTorch eager (tools/eager_step.py) | not run |"));
     CHECK(contains(r.out, "| PyTorch eager (tools/eager_step.py) | "));

@@ -368,13 +368,11 @@ pytorch() {
     local flag=""
     [[ $mode == compile ]] && flag=--compile
     echo "== tools/eager_step.py $args $flag" >>"$OUTDIR/bench.log"
+    local status=0
     # shellcheck disable=SC2086  # args is a list of words
-    if ! "$TORCH_PY" "$ROOT/tools/eager_step.py" $args $flag >"$WORK/pytorch_$mode.log" 2>&1; then
-      cat "$WORK/pytorch_$mode.log" >>"$OUTDIR/bench.log"
-      say "PyTorch ($mode) failed; log: $OUTDIR/bench.log"
-      continue
-    fi
+    "$TORCH_PY" "$ROOT/tools/eager_step.py" $args $flag >"$WORK/pytorch_$mode.log" 2>&1 || status=$?
     cat "$WORK/pytorch_$mode.log" >>"$OUTDIR/bench.log"
+    if ((status != 0)); then say "PyTorch ($mode) failed; log: $OUTDIR/bench.log"; continue; fi
     # "eager gpt2 16x1024 bf16 on cuda, 2 threads: 47.7 ms/step, 343,631 tokens/s over ..."
     sed -nE 's/.* ([0-9.]+) ms\/step, ([0-9,]+) tokens\/s.*/result ms_per_step=\1 tokens_per_s=\2/p' \
       "$WORK/pytorch_$mode.log" | tr -d ',' | tail -1 >"$WORK/pytorch_$mode.result"
@@ -421,6 +419,14 @@ def bench(mode, prefix="bench"):
     words = open(path).read().split()
     return dict(w.split("=", 1) for w in words[1:])
 
+# Train's GPU-busy share over the steady state (the start-up and a graph's capture left out), as
+# the verdict judges it; over the whole run when the run had no steady state.
+def device_busy(train):
+    steady = train.get("steady", {})
+    if steady.get("seconds", 0) > 0 and "device_busy" in steady:
+        return steady["device_busy"]
+    return train["device_busy_s"] / train["wall_s"] if train["wall_s"] > 0 else 0.0
+
 def run(cfg):
     d = os.path.join(work, f"run_{cfg}")
     if not os.path.exists(os.path.join(d, "stats_summary.json")):
@@ -433,9 +439,7 @@ def run(cfg):
         "steps": last["step"],
         "tok_s": last["tokens_per_s"],
         "ms": last["ms_per_step"],
-        # over the steady state (the start-up and a graph's capture left out), else the whole run
-        "busy": train.get("steady", {}).get("device_busy") or
-                (train["device_busy_s"] / train["wall_s"] if train["wall_s"] > 0 else 0.0),
+        "busy": device_busy(train),
         "phases": last.get("gpu_ms", last.get("host_ms", {})),
         "verdict": summary.get("verdict", {}).get("text", ""),
     }
@@ -456,16 +460,15 @@ for mode in ("eager", "cuda_graph"):
         continue
     print(f"| {mode} | {float(b['ms_per_step']):.1f} | {float(b['tokens_per_s']):,.0f} | "
           f"{100 * float(b['mfu']):.1f}% | {float(b['peak_gib']):.2f} GiB |")
-for mode, name in (("eager", "PyTorch eager"), ("compile", "PyTorch torch.compile")):
+ours, against = bench("eager"), []
+for mode, name in (("eager", "eager"), ("compile", "torch.compile")):
     p = bench(mode, "pytorch")
     if p is None:
-        print(f"| {name} (tools/eager_step.py) | not run | | | |")
+        print(f"| PyTorch {name} (tools/eager_step.py) | not run | | | |")
         continue
-    print(f"| {name} (tools/eager_step.py) | {float(p['ms_per_step']):.1f} | {float(p['tokens_per_s']):,.0f} | | |")
-ours = bench("eager")
-against = [(name, bench(mode, "pytorch")) for mode, name in (("eager", "eager"), ("compile", "torch.compile"))]
-against = [f"{float(p['ms_per_step']) / float(ours['ms_per_step']):.2f}x PyTorch {name}'s speed"
-           for name, p in against if p is not None and ours is not None and float(ours["ms_per_step"]) > 0]
+    print(f"| PyTorch {name} (tools/eager_step.py) | {float(p['ms_per_step']):.1f} | {float(p['tokens_per_s']):,.0f} | | |")
+    if ours is not None and float(ours["ms_per_step"]) > 0:
+        against.append(f"{float(p['ms_per_step']) / float(ours['ms_per_step']):.2f}x PyTorch {name}'s speed")
 if against:
     print(f"\nbench_model eager, same machine and call: {', '.join(against)}")
 rows = {cfg: run(cfg) for cfg in ("gpt2", "gpt2_synthetic")}

@@ -51,7 +51,11 @@ std::string rate(double per_s) {
   return buf;
 }
 
+// What every rule judges: the steady state where the snapshot has one, else the whole run.
 struct View {
+  explicit View(const Snapshot& snap) : s(snap), steady(snap.has_steady()) {
+    for (const auto& x : s.stages) whole_.push_back(x.whole_run());
+  }
   const Snapshot& s;
   bool steady;
   const StageSpan& span(const StageStats& x) const { return steady && x.steady.seconds > 0 ? x.steady : whole(x); }
@@ -80,9 +84,8 @@ std::string verdict_key(const Verdict& v) { return v.kind + "|" + v.stage; }
 namespace {
 
 // Rules 1-5: the stages' host-side shares.
-Verdict analyze_host(const Snapshot& s, double saturated) {
-  View view{s, s.has_steady(), {}};
-  for (const auto& x : s.stages) view.whole_.push_back(x.whole_run());
+Verdict analyze_host(const View& view, double saturated) {
+  const Snapshot& s = view.s;
   Verdict v;
   if (view.steady) {
     char buf[64];
@@ -289,15 +292,15 @@ const StageStats* device_stage(const Snapshot& s) {
 
 // Rule 6, or nothing when the device stage is neither saturated, launch-bound nor starved (it
 // waits on its output, say: the host rules name what holds it).
-std::optional<Verdict> analyze_device(const Snapshot& s, const StageStats& d, const Verdict& host, double saturated) {
+std::optional<Verdict> analyze_device(const View& view, const StageStats& d, const Verdict& host, double saturated) {
+  const Snapshot& s = view.s;
   // Over the steady state, as the host rules judge: the whole run's share counts the start-up
   // (building the model, the first steps' kernel selection, a CUDA graph's capture) as idle
   // device time, which put a GPU-bound run of a few hundred steps under `saturated`.
-  const bool steady = s.steady_from_s >= 0 && d.steady.seconds > 0;
-  const StageSpan w = steady ? d.steady : d.whole_run();
+  const StageSpan& w = view.span(d);
   const double device = std::min(1.0, w.device_busy);
   const QueueStats* in = s.queue_of(d.name);
-  const double empty = in ? (steady ? in->steady_empty : in->empty) : 0.0;
+  const double empty = in ? view.empty(*in) : 0.0;
   const char* clock = d.device_busy_gpu ? "GPU" : "compute";
   const std::string timed = d.device_busy_gpu ? " (device events)" : " (host clock: a CPU run)";
   char buf[512];
@@ -349,9 +352,10 @@ std::optional<Verdict> analyze_device(const Snapshot& s, const StageStats& d, co
 }  // namespace
 
 Verdict analyze(const Snapshot& s, double saturated) {
-  Verdict host = analyze_host(s, saturated);
+  const View view(s);
+  Verdict host = analyze_host(view, saturated);
   if (const StageStats* d = device_stage(s))
-    if (auto v = analyze_device(s, *d, host, saturated)) return *v;
+    if (auto v = analyze_device(view, *d, host, saturated)) return *v;
   return host;
 }
 
