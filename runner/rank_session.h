@@ -1,5 +1,5 @@
 // What `pipeline run` does around the engine when it is one rank of several (torchrun):
-//   - a stop request (runner/signals.h: SIGINT, SIGTERM or SIGHUP; torchrun passes Ctrl-C on to
+//   - a stop request (runner/signals.h: SIGINT, SIGTERM, SIGHUP, ...; torchrun passes Ctrl-C on to
 //     every rank as SIGINT, and sends SIGTERM when another rank failed) becomes a stop that the
 //     ranks agree on at the next step; an abort (a second signal) ends this rank, and the process
 //     exits within a bounded time even if a collective hangs;

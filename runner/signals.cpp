@@ -17,7 +17,8 @@ namespace {
 std::atomic<RunSignals::Counters*> g_owner{nullptr};
 static_assert(std::atomic<RunSignals::Counters*>::is_always_lock_free);
 
-constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGPIPE};
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR2, SIGXCPU, SIGUSR1, SIGPIPE};
+static_assert(std::size(kSignals) == RunSignals::kHandled);
 
 extern "C" void pipeline_on_signal(int sig) {
   RunSignals::Counters* c = g_owner.load();
@@ -26,6 +27,9 @@ extern "C" void pipeline_on_signal(int sig) {
     c->checkpoints.fetch_add(1);
     return;
   }
+  // The kernel repeats SIGXCPU every second past the soft CPU limit: only the first counts, so
+  // that the repeats do not abort the checkpoint the first one asked for.
+  if (sig == SIGXCPU && c->stops.load() > 0) return;
   int none = 0;
   c->first_stop_signal.compare_exchange_strong(none, sig);
   c->stops.fetch_add(1);
@@ -78,6 +82,9 @@ std::string RunSignals::name(int signal) {
     case SIGINT: return "SIGINT";
     case SIGTERM: return "SIGTERM";
     case SIGHUP: return "SIGHUP";
+    case SIGQUIT: return "SIGQUIT";
+    case SIGUSR2: return "SIGUSR2";
+    case SIGXCPU: return "SIGXCPU";
     case SIGUSR1: return "SIGUSR1";
     case SIGPIPE: return "SIGPIPE";
     default: return "signal " + std::to_string(signal);

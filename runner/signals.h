@@ -1,10 +1,14 @@
 // The one owner of the signals a training run handles, for a single process and for each rank
 // under torchrun alike (`pipeline run` makes one, first thing, and keeps it to the last line):
 //
-//   SIGINT, SIGTERM, SIGHUP   the first asks for a stop: the current step finishes, a checkpoint is
-//                             written, and the run exits with 128 + the signal's number. A second
-//                             one (any of them) aborts. SIGHUP is left alone when the process
-//                             started with it ignored (nohup).
+//   SIGINT, SIGTERM, SIGHUP,  the first asks for a stop: the current step finishes, a checkpoint is
+//   SIGQUIT, SIGUSR2,         written, and the run exits with 128 + the signal's number. A second
+//   SIGXCPU                   one (any of them) aborts. Schedulers send these before a kill:
+//                             Slurm, Kubernetes and PBS SIGTERM, LSF and Grid Engine SIGUSR2
+//                             (Grid Engine's -notify), a soft CPU-time limit SIGXCPU (repeated each
+//                             second: only the first counts); torchrun passes SIGINT, SIGTERM,
+//                             SIGHUP and SIGQUIT on to every rank. SIGHUP is left alone when the
+//                             process started with it ignored (nohup).
 //   SIGUSR1                   a checkpoint at the next step; training goes on (Slurm's
 //                             `--signal=USR1@90` saves before the time limit this way).
 //   SIGPIPE                   ignored: a write to a pipe whose reader exited (`| tee` after Ctrl-C)
@@ -29,7 +33,7 @@ class RunSignals {
  public:
   /// What the run does on each request. Called on the watcher thread, never concurrently.
   struct Actions {
-    std::function<void(int signal)> stop;   // the first SIGINT, SIGTERM or SIGHUP
+    std::function<void(int signal)> stop;   // the first stop signal (SIGINT, SIGTERM, ...)
     std::function<void(int signal)> abort;  // a second one
     std::function<void()> checkpoint;       // each SIGUSR1
   };
@@ -49,10 +53,13 @@ class RunSignals {
   /// Drops the actions: later requests are only counted (the run they would act on is over).
   void unbind() { bind({}); }
 
-  /// The signal that asked for the stop (SIGINT, SIGTERM, SIGHUP), or 0 when none did.
+  /// The signal that asked for the stop (SIGINT, SIGTERM, ...), or 0 when none did.
   int stop_signal() const;
   /// "SIGTERM"
   static std::string name(int signal);
+
+  /// How many signals it handles (signals.cpp: the stop signals, SIGUSR1 and SIGPIPE).
+  static constexpr size_t kHandled = 8;
 
   /// The counters the handler increments: lock-free, one cache line of their own.
   struct alignas(64) Counters {
@@ -67,8 +74,8 @@ class RunSignals {
   void act();
 
   Counters counters_;
-  struct sigaction previous_[5] = {};
-  bool installed_[5] = {};
+  struct sigaction previous_[kHandled] = {};
+  bool installed_[kHandled] = {};
   std::mutex mu_;  // guards actions_ and the handled counts; the watcher acts under it
   Actions actions_;
   bool bound_ = false;  // a run was bound: stop signals are requests from now on

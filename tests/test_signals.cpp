@@ -1,7 +1,7 @@
 // Signals and output, from outside (label e2e): the real `pipeline run`, started in a session of
 // its own (so that a signal reaches it alone) and signalled at its own pid, as Slurm, Kubernetes,
 // a terminal or `kill` would.
-//   - SIGINT and SIGTERM: the step finishes, a complete checkpoint is written, the run exits with
+//   - SIGINT and SIGTERM (and SIGHUP, SIGQUIT, SIGUSR2, SIGXCPU): the step finishes, a complete checkpoint is written, the run exits with
 //     128 + the signal and records the resume command in RUN_DIR/run.log;
 //   - SIGUSR1: a checkpoint at the next step, and the run trains on to its end;
 //   - a pipe whose reader exits (what `| tee` does after Ctrl-C): the run trains on, notes the
@@ -204,6 +204,31 @@ TEST_CASE("SIGTERM acts like Ctrl-C: a checkpoint, exit status 143, and an exact
   auto root = test_util::fresh_dir("signals", "term");
   const int step = stop_with(SIGTERM, "SIGTERM", root);
   resume_exactly(root / "r", step);
+}
+
+// What schedulers, terminals and torchrun send before a kill, besides SIGTERM: the same stop. The
+// checkpoint of each resumes as SIGINT's and SIGTERM's do (the same code path after the handler).
+TEST_CASE("SIGHUP, SIGQUIT, SIGUSR2 and SIGXCPU stop like Ctrl-C, each with a checkpoint") {
+  for (auto [sig, name] : {std::pair{SIGHUP, "SIGHUP"}, std::pair{SIGQUIT, "SIGQUIT"}, std::pair{SIGUSR2, "SIGUSR2"},
+                           std::pair{SIGXCPU, "SIGXCPU"}}) {
+    CAPTURE(name);
+    stop_with(sig, name, test_util::fresh_dir("signals", std::string("stop_") + name));
+  }
+}
+
+TEST_CASE("SIGXCPU repeated each second, as the kernel does past a soft CPU limit, still checkpoints") {
+  auto root = test_util::fresh_dir("signals", "xcpu_repeated");
+  auto run_dir = root / "r";
+  auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
+  REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
+  // (Closer together than the kernel's second: the repeats must land while the step still runs.)
+  for (int i = 0; i < 4 && kill(p.pid, SIGXCPU) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
+  INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
+  CHECK(code == 128 + SIGXCPU);  // stopped with a checkpoint, not aborted (exit status 1)
+  const auto ckpts = checkpoints(run_dir);
+  REQUIRE(ckpts.size() == 1);
+  CHECK(losses(run_dir).rbegin()->first == ckpts.begin()->first);
 }
 
 TEST_CASE("SIGUSR1 writes a checkpoint at the next step and training goes on; it resumes exactly") {

@@ -8,6 +8,8 @@
 //   hops:     the engine's chain with batching and stats off and the plain oneTBB chain, run
 //             after run: ns per item per hop and their ratio (to profile, or to see both move).
 // usage: bench_graph [overlap|overhead|hops|all] [--items N] [--repeats R] [--stages K]
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include "graph/engine.h"
 
@@ -88,7 +91,7 @@ void overlap(int items, const std::string& kind) {
   }
 }
 
-double chain_rate(int items, int n_stages, bool stats, bool trace, bool batch = true) {
+double chain_rate(int items, int n_stages, bool stats, bool trace, bool batch = true, int threads = 0) {
   GraphSpec g;
   g.add("src", "test_source").set("count", int64_t{items});
   std::string prev = "src";
@@ -101,6 +104,7 @@ double chain_rate(int items, int n_stages, bool stats, bool trace, bool batch = 
   EngineOptions o;
   o.stats = stats;
   o.batch = batch;
+  o.threads = threads;
   auto dir = std::filesystem::temp_directory_path() / "bench_graph_run";
   if (trace) o.run_dir = dir;
   Engine e(std::move(g), o);
@@ -125,7 +129,11 @@ auto count_to(int items, int64_t& next) {
 
 // The reference for the engine's cost per hop: the same chain as plain oneTBB, with the same
 // payload (an Item) and one limiter bounding the whole chain at 64 items, given back by the sink.
-double plain_tbb_rate(int items, int n_stages) {
+double plain_tbb_rate(int items, int n_stages, int threads = 0) {
+  if (threads > 0) {
+    tbb::task_arena arena(threads);
+    return arena.execute([&] { return plain_tbb_rate(items, n_stages); });
+  }
   namespace flow = tbb::flow;
   flow::graph g;
   int64_t next = 0;
@@ -190,6 +198,13 @@ double plain_tbb_bounded_rate(int items, int n_stages) {
   return items / std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The process's CPU time (all threads), in seconds.
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -228,13 +243,15 @@ void overhead(int items, int repeats, int n_stages) {
 
 int main(int argc, char** argv) {
   std::string what = "all";
-  int items = 0, repeats = 5, n_stages = 4;
+  int items = 0, repeats = 5, n_stages = 4, threads = 0;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--items" && i + 1 < argc)
       items = std::atoi(argv[++i]);
     else if (a == "--repeats" && i + 1 < argc)
       repeats = std::atoi(argv[++i]);
+    else if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
     else if (a == "--stages" && i + 1 < argc)
       n_stages = std::atoi(argv[++i]);
     else if (a == "overlap" || a == "overhead" || a == "hops" || a == "all")
@@ -252,9 +269,15 @@ int main(int argc, char** argv) {
   if (what == "overhead" || what == "all") overhead(items ? items : 200000, repeats, n_stages);
   if (what == "hops")  // the engine's chain, batching and stats off, beside the plain chain
     for (int r = 0, n = items ? items : 200000; r < repeats; ++r) {
-      double e = 1e9 / chain_rate(n, n_stages, false, false, false) / (n_stages + 1);
-      double p = 1e9 / plain_tbb_rate(n, n_stages) / (n_stages + 1);
-      std::printf("engine, batching off: %.0f ns/item/hop; plain %.0f; ratio %.2f\n", e, p, e / p);
+      const double per = 1e9 / n / (n_stages + 1);
+      double c0 = cpu_seconds();
+      double e = 1e9 / chain_rate(n, n_stages, false, false, false, threads) / (n_stages + 1);
+      double c1 = cpu_seconds();
+      double p = 1e9 / plain_tbb_rate(n, n_stages, threads) / (n_stages + 1);
+      double c2 = cpu_seconds();
+      double ec = (c1 - c0) * per, pc = (c2 - c1) * per;
+      std::printf("engine, batching off: %.0f ns/item/hop (CPU %.0f); plain %.0f (CPU %.0f); ratio %.2f (CPU %.2f)\n", e,
+                  ec, p, pc, e / p, ec / pc);
     }
   return 0;
 }
