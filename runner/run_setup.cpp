@@ -153,6 +153,23 @@ AgreedCheckpoint agreed_checkpoint(DataParallel* dp, const fs::path& dir, bool a
   return out;
 }
 
+// The checkpoint an explicit --resume chose (its run's newest). One that does not read back whole
+// (damaged after it was written: its writer renames only complete files) is an error, as the
+// user named this run; the error says which older checkpoint the run can go back to, and how.
+model::CheckpointState read_named_checkpoint(const fs::path& ckpt) {
+  try {
+    return model::read_checkpoint(ckpt.string());
+  } catch (const std::exception& e) {
+    const auto all = checkpoints_newest_first(ckpt.parent_path().parent_path());
+    auto older = std::find_if(all.begin(), all.end(), [&](const fs::path& c) { return c != ckpt; });
+    if (older == all.end()) throw;
+    throw std::runtime_error(std::string(e.what()) + ". The run holds an older checkpoint, " + older->string() +
+                             ": move the damaged one aside (mv " + ckpt.string() + " " + ckpt.string() +
+                             ".damaged) and run the same command again to resume from the newest that reads back "
+                             "(--resume auto passes over damaged checkpoints by itself)");
+  }
+}
+
 // A checkpoint continues the model it holds, and the data order its seed drew (mixes, Parquet's
 // shuffle); another [model] or [run] seed is an error that says so, before any tensor is read.
 void check_resumable(const std::string& metadata, const RunContext& ctx, const std::string& ckpt) {
@@ -214,7 +231,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   const bool resuming = !ckpt.empty();
   std::string resplit;  // what a resume on another number of ranks changed, for the log
   if (resuming) {
-    auto state = agreed.state ? std::move(*agreed.state) : model::read_checkpoint(ckpt.string());
+    auto state = agreed.state ? std::move(*agreed.state) : read_named_checkpoint(ckpt);
     check_resumable(state.metadata, *ctx, ckpt.string());
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());

@@ -347,6 +347,13 @@ TEST_CASE("--resume auto: starts a run, continues it from its newest checkpoint 
   const auto newest = run_dir / "checkpoints" / "step_00000006.ckpt";
   REQUIRE(fs::exists(newest));
   fs::resize_file(newest, fs::file_size(newest) / 2);
+  // An explicit --resume names this run: the damaged newest is an error, which offers the older one.
+  auto named = sh("run --resume " + run_dir.string());
+  INFO(named.out);
+  CHECK(named.code == 1);
+  CHECK(contains(named.out, newest.string() + "': header promises"));
+  CHECK(contains(named.out, "The run holds an older checkpoint, " + (run_dir / "checkpoints" / "step_00000004.ckpt").string()));
+  CHECK(contains(named.out, "mv " + newest.string() + " " + newest.string() + ".damaged"));
   auto third = sh("run " + kQuick + " " + common + "--set training.steps=8 --resume auto");
   INFO(third.out);
   CHECK(third.code == 0);
