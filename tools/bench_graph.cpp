@@ -6,8 +6,10 @@
 //             the same chain in plain oneTBB with one limiter (the engine's cost per hop), and
 //             in plain oneTBB with a bound per edge (a queue and a limiter per hop, as the engine).
 //   hops:     the engine's chain with batching and stats off and the plain oneTBB chain, run
-//             after run: ns per item per hop and their ratio (to profile, or to see both move).
-// usage: bench_graph [overlap|overhead|hops|all] [--items N] [--repeats R] [--stages K]
+//             after run: ns per item per hop and their ratio (to profile, or to see both move),
+//             wall-clock and the process's CPU time. --threads 1 runs both in an arena of one
+//             thread: the work per hop, without the scheduler's choice of one thread or two.
+// usage: bench_graph [overlap|overhead|hops|all] [--items N] [--repeats R] [--stages K] [--threads N]
 #include <time.h>
 
 #include <algorithm>
@@ -257,7 +259,7 @@ int main(int argc, char** argv) {
     else if (a == "overlap" || a == "overhead" || a == "hops" || a == "all")
       what = a;
     else {
-      std::fprintf(stderr, "usage: bench_graph [overlap|overhead|hops|all] [--items N] [--repeats R] [--stages K]\n");
+      std::fprintf(stderr, "usage: bench_graph [overlap|overhead|hops|all] [--items N] [--repeats R] [--stages K] [--threads N]\n");
       return 2;
     }
   }
