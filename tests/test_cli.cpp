@@ -208,6 +208,33 @@ TEST_CASE("a short run, its stats, and generate from its checkpoint") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("a run started with stdout and stderr closed keeps its files clean and its log whole") {
+  // A closed descriptor would be the next file's number: what the run prints went into metrics.jsonl.
+  auto dir = temp_dir("closed");
+  auto run_dir = dir / "r";
+  auto r = test_util::shell("(" + std::string(PIPELINE_EXE) + " run " + kQuick +
+                            " --set model.preset=tiny --set training.steps=3 --set training.seq_len=32 --set eval.every=2 "
+                            "--set eval.batches=1 --set eval.sample_tokens=4 --set logging.every=1 --set run.dir=" +
+                            run_dir.string() + " >&- 2>&- <&-)");
+  INFO(r.out);
+  CHECK(r.code == 0);
+  CHECK(r.out.empty());
+  for (const char* f : {"metrics.jsonl", "stats.jsonl"}) {
+    std::ifstream in(run_dir / f);
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+      ++lines;
+      CHECK_MESSAGE(line.rfind("{", 0) == 0, f << ": " << line);
+    }
+    CHECK(lines >= 3);
+  }
+  const auto log = test_util::read_file(run_dir / "run.log");
+  CHECK(contains(log, "val loss"));
+  CHECK(contains(log, "done: 3 steps"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a large model on the CPU: a warning at start-up, then an estimate of the run's length") {
   // check names the device the config asks for; a small model gets no warning.
   auto big = sh("check gpt2.toml --set run.device=cpu");
