@@ -251,7 +251,13 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   }
   const bool writer = ctx->writer();
   if (!ctx->run_dir.empty() && writer) {
-    fs::create_directories(ctx->run_dir);
+    std::error_code ec;
+    fs::create_directories(ctx->run_dir, ec);
+    if (ec)
+      throw std::runtime_error("cannot create the run directory " + ctx->run_dir.string() + ": " + ec.message() +
+                               (ctx->cfg.run.dir.empty() && req.resume.empty()
+                                    ? " (it is made under the current directory: choose another with --set run.dir=PATH)"
+                                    : ""));
     if (!resuming) {
       // --resume reads this file back: a run whose config.toml could not be written must not start.
       write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +

@@ -307,6 +307,32 @@ TEST_CASE("a process killed while writing checkpoints never leaves a half-writte
   fs::remove_all(dir);
 }
 
+TEST_CASE("a run directory that cannot be made: the error names it, and says how to choose another") {
+  auto dir = temp_dir("rodir");
+  auto ro = dir / "ro";
+  fs::create_directories(ro);
+  if (::mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, nullptr) != 0) {
+    MESSAGE("not run: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
+    fs::remove_all(dir);
+    return;
+  }
+  struct Unmount {
+    fs::path d;
+    ~Unmount() { ::umount2(d.c_str(), MNT_DETACH); }
+  } unmount{ro};
+  const std::string args = " run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --set training.steps=2";
+  // The default, runs/<name>-<timestamp> under the current directory.
+  auto r = test_util::shell("cd " + ro.string() + " && " + PIPELINE_EXE + args);
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, "cannot create the run directory runs/quickstart-"));
+  CHECK(contains(r.out, "Read-only file system (it is made under the current directory: choose another with --set run.dir=PATH)"));
+  auto named = sh(args + " --set run.dir=" + (ro / "x").string());
+  CHECK(named.code == 1);
+  CHECK(contains(named.out, "cannot create the run directory " + (ro / "x").string() + ": Read-only file system"));
+  CHECK(!contains(named.out, "choose another"));
+}
+
 TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, resumable runs") {
   // run_dir/checkpoints is a small tmpfs (mounting needs CAP_SYS_ADMIN: root in CI and here): the
   // tiny model's first checkpoint fits, a second one does not.
