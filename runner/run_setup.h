@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/config.h"
+#include "base/dir_lock.h"
 #include "graph/engine.h"
 #include "runner/data_parallel.h"
 #include "runner/run_resolve.h"
@@ -23,6 +24,9 @@ struct RunPlan {
   std::shared_ptr<RunContext> ctx;
   /// Under torchrun: this rank's data-parallel group (also ctx->ranks, as the stages see it).
   std::shared_ptr<DataParallel> dp;
+  /// The run directory, held by this process alone while the plan lives (rank 0's, or the only
+  /// process's: the writer); null where nothing is written.
+  std::shared_ptr<DirLock> run_dir_lock;
   /// Every resolved section (run sections, then stages), for the settings table.
   std::vector<config::Section> sections() const;
 };

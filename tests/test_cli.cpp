@@ -20,6 +20,8 @@
 #include <thread>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -331,6 +333,36 @@ TEST_CASE("a run directory that cannot be made: the error names it, and says how
   CHECK(named.code == 1);
   CHECK(contains(named.out, "cannot create the run directory " + (ro / "x").string() + ": Read-only file system"));
   CHECK(!contains(named.out, "choose another"));
+}
+
+TEST_CASE("a run directory in use by another process is refused, naming the holder; free again once it ends") {
+  auto dir = temp_dir("locked");
+  auto run_dir = dir / "r";
+  fs::create_directories(run_dir);
+  // This test process stands in for a run still going: it holds the directory's lock.
+  const int fd = ::open((run_dir / ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0);
+  const std::string me = "pid " + std::to_string(::getpid()) + " on host test";
+  REQUIRE(::pwrite(fd, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size()));
+  const std::string args = "run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --set training.steps=2 " +
+                           "--set eval.every=0 --set run.dir=" + run_dir.string();
+  auto refused = sh(args);
+  INFO(refused.out);
+  CHECK(refused.code == 1);
+  CHECK(contains(refused.out, "run directory " + run_dir.string() + " is in use by another process (" + me + ")"));
+  CHECK(!fs::exists(run_dir / "config.toml"));  // it wrote nothing there
+  ::close(fd);  // the other run ended
+  auto ran = sh(args);
+  INFO(ran.out);
+  CHECK(ran.code == 0);
+  CHECK(contains(ran.out, "done: 2 steps"));
+  // Its own lock went with it: a resume takes the directory again.
+  auto resumed = sh("run --resume " + run_dir.string() + " --set training.steps=3");
+  INFO(resumed.out);
+  CHECK(resumed.code == 0);
+  CHECK(contains(resumed.out, "done: 3 steps"));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, resumable runs") {
