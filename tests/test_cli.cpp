@@ -229,7 +229,7 @@ TEST_CASE("a run started with stdout and stderr closed keeps its files clean and
       ++lines;
       CHECK_MESSAGE(line.rfind("{", 0) == 0, f << ": " << line);
     }
-    CHECK(lines >= 3);
+    CHECK(lines >= (std::string(f) == "metrics.jsonl" ? 3 : 1));  // a line per step; stats at least at the end
   }
   const auto log = test_util::read_file(run_dir / "run.log");
   CHECK(contains(log, "val loss"));

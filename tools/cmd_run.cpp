@@ -48,7 +48,8 @@ void remove_unused_run_dir(const std::filesystem::path& dir) {
   if (dir.empty() || !fs::is_directory(dir, ec)) return;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     auto name = e.path().filename().string();
-    if (name == "config.toml" || ((name == "metrics.jsonl" || name == "run.log") && fs::file_size(e.path(), ec) == 0))
+    if (name == "config.toml" || name == ".lock" ||  // (base/dir_lock.h: this process's)
+        ((name == "metrics.jsonl" || name == "run.log") && fs::file_size(e.path(), ec) == 0))
       continue;
     return;  // something else is there: keep it
   }
