@@ -207,6 +207,16 @@ TEST_CASE("a short run, its stats, and generate from its checkpoint") {
   auto bad = sh("generate --checkpoint " + (dir / "nothing.ckpt").string());
   CHECK(bad.code != 0);
   CHECK(contains(bad.out, "nothing.ckpt"));
+  // The checkpoint may come first without its flag (as export takes it); options are checked.
+  auto positional = sh("generate " + run_dir.string() + " --prompt 'ROMEO:' --tokens 5 --temperature 0");
+  CHECK(positional.code == 0);
+  CHECK(positional.out == g.out);  // greedy: the same continuation
+  for (const char* opt : {"--temperature -1", "--temperature nan", "--tokens 2.5", "--top-k -3"}) {
+    auto r = sh("generate " + run_dir.string() + " " + opt);
+    INFO(opt << ": " << r.out);
+    CHECK(r.code != 0);
+    CHECK(contains(r.out, std::string(opt).substr(0, std::string(opt).find(' ')) + ": expected "));
+  }
   fs::remove_all(dir);
 }
 

@@ -29,16 +29,16 @@ int export_main(const std::vector<std::string>& args) {
     };
     if (a == "--out") {
       out = value();
+    } else if (a == "--checkpoint" || !a.starts_with("-")) {  // (--checkpoint: as `pipeline generate` takes it)
+      const std::string path = a == "--checkpoint" ? value() : a;
+      if (!ckpt.empty()) throw std::invalid_argument("one CHECKPOINT expected, got a second: " + path);
+      ckpt = path;
     } else if (a == "--dtype") {
       dtype = model::parse_hf_dtype(value());
     } else if (a == "--no-tokenizer") {
       tokenizer = false;
-    } else if (a.starts_with("-")) {
-      throw std::invalid_argument("unknown option " + a + " (see pipeline export --help)");
-    } else if (ckpt.empty()) {
-      ckpt = a;
     } else {
-      throw std::invalid_argument("one CHECKPOINT expected, got a second: " + a);
+      throw std::invalid_argument("unknown option " + a + " (see pipeline export --help)");
     }
   }
   if (ckpt.empty()) throw std::invalid_argument("no CHECKPOINT given (see pipeline export --help)");

@@ -1,4 +1,5 @@
 // `pipeline generate`: loads a checkpoint and prints a continuation of a prompt.
+#include <cmath>
 #include <iostream>
 
 #include "cli.h"
@@ -22,37 +23,47 @@ int generate_main(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
       return args[++i];
     };
-    auto number = [&](const std::string& flag) {
+    // A finite number >= 0; `whole`: an integer.
+    auto number = [&](const std::string& flag, bool whole) {
       const auto& v = value();
+      double d = 0;
       try {
         size_t used = 0;
-        double d = std::stod(v, &used);
+        d = std::stod(v, &used);
         if (used != v.size()) throw std::invalid_argument(v);
-        return d;
       } catch (const std::exception&) {
         throw std::invalid_argument(flag + ": expected a number, got '" + v + "'");
       }
+      if (!std::isfinite(d) || d < 0 || (whole && (d != std::floor(d) || d > 9e15)))
+        throw std::invalid_argument(flag + ": expected " + (whole ? "a whole number" : "a number") + " >= 0, got '" + v +
+                                    "'");
+      return d;
     };
     const auto& a = args[i];
+    auto set_checkpoint = [&](const std::string& path) {
+      if (!ckpt.empty()) throw std::invalid_argument("one checkpoint expected, got a second: " + path);
+      ckpt = path;
+    };
     if (a == "--checkpoint") {
-      ckpt = value();
+      set_checkpoint(value());
     } else if (a == "--prompt") {
       prompt = value();
     } else if (a == "--tokens") {
-      so.n_tokens = static_cast<int64_t>(number(a));
+      so.n_tokens = static_cast<int64_t>(number(a, true));
     } else if (a == "--temperature") {
-      so.temperature = number(a);
+      so.temperature = number(a, false);
     } else if (a == "--top-k") {
-      so.top_k = static_cast<int64_t>(number(a));
+      so.top_k = static_cast<int64_t>(number(a, true));
     } else if (a == "--seed") {
-      so.seed = static_cast<uint64_t>(number(a));
+      so.seed = static_cast<uint64_t>(number(a, true));
+    } else if (!a.starts_with("-")) {
+      set_checkpoint(a);  // as `pipeline export CHECKPOINT` takes it
     } else {
       throw std::invalid_argument("unknown argument " + a + " (see pipeline generate --help)");
     }
   }
   if (ckpt.empty()) throw std::invalid_argument("--checkpoint PATH is required (a .ckpt file or a run directory)");
   ckpt = stages::checkpoint_file(ckpt).string();
-  if (so.n_tokens < 0 || so.top_k < 0) throw std::invalid_argument("--tokens and --top-k must not be negative");
   auto state = model::read_checkpoint(ckpt);
   auto cfg = model::checkpoint_model_config(state.metadata, ckpt);
   model::GPT gpt(cfg);

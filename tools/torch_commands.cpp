@@ -62,14 +62,14 @@ PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
                   in_torch_half("run")});
 
 PIPELINE_COMMAND({"generate", "print a continuation of a prompt from a checkpoint",
-                  "usage: pipeline generate --checkpoint PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
-                  "                         [--top-k K] [--seed S]\n\n"
+                  "usage: pipeline generate [--checkpoint] PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
+                  "                                    [--top-k K] [--seed S]\n\n"
                   "PATH is a .ckpt file or a run directory (its newest checkpoint). Defaults: 200 tokens,\n"
                   "temperature 0.8 (0: greedy), top-k 40 (0: whole vocabulary), seed 1337.\n"
                   "Example: pipeline generate --checkpoint runs/quickstart-20261122-120000 --prompt 'ROMEO:'",
                   in_torch_half("generate")});
 
-const char* kExportUsage = R"(usage: pipeline export CHECKPOINT --out DIR [--dtype fp32|fp16|bf16] [--no-tokenizer]
+const char* kExportUsage = R"(usage: pipeline export [--checkpoint] CHECKPOINT --out DIR [--dtype fp32|fp16|bf16] [--no-tokenizer]
 
 Writes the model of a training checkpoint as a Hugging Face transformers GPT-2 directory:
   model.safetensors        weights under GPT2LMHeadModel's names (Conv1D layout, vocabulary
