@@ -159,6 +159,9 @@ class Eval : public graph::Stage {
     }
   }
 
+  static constexpr const char* kTooSmall =
+      ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
+
   // The fixed validation set: the first batches*B*T+1 tokens of the validation split of `source`
   // ([data] dataset, or the stage's own `dataset`), tokenized the way training tokenizes
   // (<|endoftext|> before each document); of a held-out Parquet source, its first documents.
@@ -181,6 +184,8 @@ class Eval : public graph::Stage {
     } else if (auto manifest = datasets::Manifest::load(source); !manifest.splits.count(cfg.data.val_split)) {
       throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
                                "' for evaluation ([data] val_split)");
+    } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
+      throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
     } else if (manifest.kind == datasets::ShardKind::tokens) {
       datasets::TokenDatasetReader reader;
       reader.open(source, cfg.data.val_split);
@@ -197,7 +202,7 @@ class Eval : public graph::Stage {
     if (n_batches_ < 1)
       throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
                                std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
-                               std::to_string(B * T + 1) + ")");
+                               std::to_string(B * T + 1) + ")" + kTooSmall);
     val_ = torch::tensor(ids, torch::kInt64);  // (N)
   }
 

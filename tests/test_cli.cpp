@@ -247,6 +247,21 @@ TEST_CASE("a run started with stdout and stderr closed keeps its files clean and
   fs::remove_all(dir);
 }
 
+TEST_CASE("a dataset whose validation split is empty: the error says how to get one, or to train without") {
+  auto dir = temp_dir("noval");
+  { std::ofstream(dir / "one.txt") << "a single short document\n"; }
+  auto p = sh("prepare " + (dir / "one.txt").string() + " --out " + (dir / "ds").string());
+  INFO(p.out);
+  REQUIRE(p.code == 0);
+  auto r = sh("run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --set training.steps=2 " +
+              "--set run.dir=" + (dir / "r").string() + " --set data.dataset=\"" + (dir / "ds").string() + "\"");
+  INFO(r.out);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, "stage 'eval': building: " + (dir / "ds").string() + ": the 'val' split holds no data: prepare "
+                        "it with a larger --val-fraction, or turn evaluation off with [eval] every = 0"));
+  CHECK(!fs::exists(dir / "r"));  // nothing left behind
+}
+
 TEST_CASE("a large model on the CPU: a warning at start-up, then an estimate of the run's length") {
   // check names the device the config asks for; a small model gets no warning.
   auto big = sh("check gpt2.toml --set run.device=cpu");
