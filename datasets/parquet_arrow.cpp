@@ -205,12 +205,21 @@ std::unique_ptr<ParquetFile> open_parquet(std::shared_ptr<arrow::io::RandomAcces
       std::string names;
       for (const auto& fld : schema->fields()) names += (names.empty() ? "" : ", ") + fld->name();
       throw DatasetError(name + ": no column \"" + column + "\" (the file has: " + names +
-                         "); choose one with the `column` option");
+                         "); name the text column with --column (pipeline prepare) or the reading stage's "
+                         "`column` option (pipeline run)");
     }
+    // Text as Arrow wrote it: string, large_string, string_view, or a dictionary of one of those
+    // (a column Arrow held dictionary-encoded). Each is a UTF-8 BYTE_ARRAY column in the file,
+    // read below by the Parquet reader itself, whatever the Arrow type recorded beside it.
+    auto is_text = [](const arrow::DataType& t) {
+      return t.id() == arrow::Type::STRING || t.id() == arrow::Type::LARGE_STRING || t.id() == arrow::Type::STRING_VIEW;
+    };
     const auto& type = schema->field(field)->type();
-    if (type->id() != arrow::Type::STRING && type->id() != arrow::Type::LARGE_STRING)
+    const bool text = is_text(*type) || (type->id() == arrow::Type::DICTIONARY &&
+                                         is_text(*static_cast<const arrow::DictionaryType&>(*type).value_type()));
+    if (!text)
       throw DatasetError(name + ": column \"" + column + "\" holds " + type->ToString() +
-                         ", expected string or large_string");
+                         ", expected text (string, large_string, string_view, or a dictionary of strings)");
     const int leaf = reader->parquet_reader()->metadata()->schema()->ColumnIndex(column);
     if (leaf < 0) throw DatasetError(name + ": column \"" + column + "\" is not a top-level column");
     return std::make_unique<ArrowFile>(std::move(reader), leaf, name);

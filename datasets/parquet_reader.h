@@ -20,8 +20,8 @@
 //
 // Decoding (decompression included) happens on a thread of the reader's own, never on the
 // caller's (a TBB worker in a training graph), at most `read_ahead_bytes` of decoded text ahead of
-// the consumer. Null rows are skipped and counted. A missing column, a column that is not string /
-// large_string, a file that is not Parquet (bad magic, corrupt footer, truncated) each throw
+// the consumer. Null rows are skipped and counted. A missing column, a column that is not text
+// (string, large_string, string_view or a dictionary of them), a file that is not Parquet (bad magic, corrupt footer, truncated) each throw
 // DatasetError naming the file; a row group that fails to decode names the file and row group.
 #pragma once
 
@@ -48,7 +48,7 @@ bool is_parquet_source(const std::filesystem::path& source);
 std::vector<std::filesystem::path> list_parquet_files(const std::filesystem::path& source);
 
 struct ParquetReaderOptions {
-  std::string column = "text";  // a string or large_string column
+  std::string column = "text";  // a text column (string, large_string, string_view, dictionary)
   bool shuffle = true;          // row groups in an order drawn from (seed, epoch)
   uint64_t seed = 0;
   Partition partition = {};

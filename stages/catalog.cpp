@@ -25,7 +25,7 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                             "dataset directory, or Parquet: a file, a directory (a hub snapshot reads "
                                                             "data/), or a glob (empty: [data] dataset)")
                                                     .string("split", "", "split to read (empty: [data] train_split; Parquet has none)")
-                                                    .string("column", "text", "Parquet: the text column (string or large_string)")
+                                                    .string("column", "text", "Parquet: the text column (string, large_string, string_view or a dictionary of strings)")
                                                     .boolean("shuffle", true,
                                                              "Parquet: row groups in an order drawn from the run's seed, a new one "
                                                              "each epoch (false: file and row-group order)")

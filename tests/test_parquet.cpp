@@ -97,7 +97,7 @@ TEST_CASE("every codec reads back every document in order") {
   }
 }
 
-TEST_CASE("an empty row group, nulls and large_string") {
+TEST_CASE("an empty row group, nulls, large_string, dictionaries and string_view") {
   ParquetDocumentReader r;
   std::vector<std::string> want;
   for (int i = 0; i < 105; ++i)
@@ -113,6 +113,9 @@ TEST_CASE("an empty row group, nulls and large_string") {
   ParquetDocumentReader large;
   CHECK(read_all(files() / "large.parquet", in_order(), &large) == docs(0, 100));
   CHECK(large.row_groups() == 4);
+  // The other ways Arrow writes text: a dictionary of strings, string_view.
+  CHECK(read_all(files() / "dict.parquet", in_order()) == docs(0, 100));
+  CHECK(read_all(files() / "view.parquet", in_order()) == docs(0, 100));
   // Small decode batches and a read-ahead bound below one batch change nothing but memory.
   auto o = in_order();
   o.batch_rows = 7;
@@ -128,7 +131,7 @@ TEST_CASE("errors name the file, the column and the row group") {
   CHECK(contains(e, "content, id"));
   CHECK(read_all(content, {.column = "content"}) == docs(0, 10));
   e = error_of([&] { read_all(content, {.column = "id"}); });
-  CHECK(contains(e, "column \"id\" holds int64, expected string or large_string"));
+  CHECK(contains(e, "column \"id\" holds int64, expected text (string, large_string, string_view, or a dictionary"));
   e = error_of([&] { read_all(files() / "int_text.parquet"); });
   CHECK(contains(e, (files() / "int_text.parquet").string()));
   CHECK(contains(e, "holds int64"));

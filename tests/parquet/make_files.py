@@ -11,6 +11,8 @@ Document i is doc(i) below; tests/test_parquet.cpp computes the same strings. Fi
                     holds "OFFSET BYTES" of row group 1's column chunk
   content.parquet   no "text" column: "content" (string) and "id" (int64)
   int_text.parquet  a "text" column of int64
+  dict.parquet      documents 0..99 as dictionary<string> (what a categorical column round-trips as)
+  view.parquet      documents 0..99 as string_view
   hub/data/CC-MAIN-2024-10/000_00000.parquet, hub/data/CC-MAIN-2024-18/000_00000.parquet,
   hub/README.md     a hub snapshot's layout: documents 0..49 and 50..99
 """
@@ -56,6 +58,8 @@ def main(out):
         f.write("%d %d\n" % (start, col.total_compressed_size))
     pq.write_table(pa.table({"content": docs[:10], "id": list(range(10))}), os.path.join(out, "content.parquet"))
     pq.write_table(pa.table({"text": pa.array(range(10), pa.int64())}), os.path.join(out, "int_text.parquet"))
+    write(os.path.join(out, "dict.parquet"), docs[:100], 30, type_=pa.dictionary(pa.int32(), pa.string()))
+    write(os.path.join(out, "view.parquet"), docs[:100], 30, type_=pa.string_view())
     write(os.path.join(out, "hub/data/CC-MAIN-2024-10/000_00000.parquet"), docs[:50], 20)
     write(os.path.join(out, "hub/data/CC-MAIN-2024-18/000_00000.parquet"), docs[50:100], 20)
     with open(os.path.join(out, "hub/README.md"), "w") as f:
