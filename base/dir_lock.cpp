@@ -7,7 +7,6 @@
 
 #include <cerrno>
 #include <stdexcept>
-#include <string_view>
 
 namespace pipeline {
 

@@ -16,13 +16,12 @@ class DirLock {
  public:
   /// Locks `dir` (which exists) for this process. Throws std::runtime_error naming `dir`, as
   /// `what` ("run directory"), and the holder when another process holds it. Where no lock can
-  /// be taken at all (a read-only directory, a filesystem without locks) it holds none, and
-  /// `held()` says so: the writes that follow report their own errors.
+  /// be taken at all (a read-only directory, a filesystem without locks) it holds none: the
+  /// writes that follow report their own errors.
   DirLock(const std::filesystem::path& dir, const std::string& what);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
-  bool held() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;
