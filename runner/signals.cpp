@@ -1,6 +1,7 @@
 // See signals.h.
 #include "runner/signals.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -27,11 +28,21 @@ extern "C" void pipeline_on_signal(int sig) {
     c->checkpoints.fetch_add(1);
     return;
   }
-  // The kernel repeats SIGXCPU every second past the soft CPU limit: only the first counts, so
-  // that the repeats do not abort the checkpoint the first one asked for.
-  if (sig == SIGXCPU && c->stops.load() > 0) return;
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe
+  const int64_t now = static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
   int none = 0;
-  c->first_stop_signal.compare_exchange_strong(none, sig);
+  if (c->first_stop_signal.compare_exchange_strong(none, sig)) {
+    c->first_stop_ns.store(now);
+    c->stops.fetch_add(1);
+    return;
+  }
+  // A later one aborts, unless it is the same request come again: within kSameRequestNs of the
+  // first (a scheduler signals every process of a job, and torchrun passes the signal on to its
+  // ranks: each rank gets two at once; a first not yet stamped is being recorded this instant),
+  // or a repeat of SIGXCPU, which the kernel sends every second past the soft CPU limit.
+  const int64_t first = c->first_stop_ns.load();
+  if (sig == SIGXCPU || first == 0 || now - first < RunSignals::kSameRequestNs) return;
   c->stops.fetch_add(1);
 }
 

@@ -2,13 +2,16 @@
 // under torchrun alike (`pipeline run` makes one, first thing, and keeps it to the last line):
 //
 //   SIGINT, SIGTERM, SIGHUP,  the first asks for a stop: the current step finishes, a checkpoint is
-//   SIGQUIT, SIGUSR2,         written, and the run exits with 128 + the signal's number. A second
-//   SIGXCPU                   one (any of them) aborts. Schedulers send these before a kill:
-//                             Slurm, Kubernetes and PBS SIGTERM, LSF and Grid Engine SIGUSR2
-//                             (Grid Engine's -notify), a soft CPU-time limit SIGXCPU (repeated each
-//                             second: only the first counts); torchrun passes SIGINT, SIGTERM,
-//                             SIGHUP and SIGQUIT on to every rank. SIGHUP is left alone when the
-//                             process started with it ignored (nohup).
+//   SIGQUIT, SIGUSR2,         written, and the run exits with 128 + the signal's number. Another
+//   SIGXCPU                   one (any of them) 2 s or more after the first aborts; those sooner
+//                             are the same request come twice (a scheduler that signals every
+//                             process of a job, and torchrun passing it on: each rank gets two).
+//                             Schedulers send these before a kill: Slurm, Kubernetes and PBS
+//                             SIGTERM, LSF and Grid Engine SIGUSR2 (Grid Engine's -notify), a soft
+//                             CPU-time limit SIGXCPU (repeated each second: only the first
+//                             counts); torchrun passes SIGINT, SIGTERM, SIGHUP and SIGQUIT on to
+//                             every rank. SIGHUP is left alone when the process started with it
+//                             ignored (nohup).
 //   SIGUSR1                   a checkpoint at the next step; training goes on (Slurm's
 //                             `--signal=USR1@90` saves before the time limit this way).
 //   SIGPIPE                   ignored: a write to a pipe whose reader exited (`| tee` after Ctrl-C)
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <csignal>
 #include <functional>
 #include <mutex>
@@ -58,16 +62,20 @@ class RunSignals {
   /// "SIGTERM"
   static std::string name(int signal);
 
+  /// Stop signals this soon after the first are the same request (signals.cpp), not an abort.
+  static constexpr int64_t kSameRequestNs = 2'000'000'000;
   /// How many signals it handles (signals.cpp: the stop signals, SIGUSR1 and SIGPIPE).
   static constexpr size_t kHandled = 8;
 
   /// The counters the handler increments: lock-free, one cache line of their own.
   struct alignas(64) Counters {
-    std::atomic<int> stops{0};
+    std::atomic<int> stops{0};  // the first stop signal, and each later one that asks to abort
     std::atomic<int> first_stop_signal{0};
+    std::atomic<int64_t> first_stop_ns{0};  // when it came (CLOCK_MONOTONIC)
     std::atomic<int> checkpoints{0};
   };
-  static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
+  static_assert(std::atomic<int>::is_always_lock_free && std::atomic<int64_t>::is_always_lock_free,
+                "a signal handler may only touch lock-free atomics");
 
  private:
   void watch();

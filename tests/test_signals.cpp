@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -26,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "runner/signals.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -214,6 +216,54 @@ TEST_CASE("SIGHUP, SIGQUIT, SIGUSR2 and SIGXCPU stop like Ctrl-C, each with a ch
     CAPTURE(name);
     stop_with(sig, name, test_util::fresh_dir("signals", std::string("stop_") + name));
   }
+}
+
+TEST_CASE("two SIGTERMs at once (Slurm signals every process, torchrun passes it on) are one stop, with a checkpoint") {
+  auto root = test_util::fresh_dir("signals", "term_twice");
+  auto run_dir = root / "r";
+  auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
+  REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
+  REQUIRE(kill(p.pid, SIGTERM) == 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // as torchrun passes it on, at once
+  kill(p.pid, SIGTERM);
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
+  INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
+  CHECK(code == 128 + SIGTERM);  // not aborted (exit status 1)
+  const auto ckpts = checkpoints(run_dir);
+  REQUIRE(ckpts.size() == 1);
+  CHECK(losses(run_dir).rbegin()->first == ckpts.begin()->first);
+}
+
+// The handler and its watcher in this process: what reaches the run's actions, and when.
+TEST_CASE("RunSignals: stop signals within 2 s of the first are one request; a later one aborts; SIGXCPU never does") {
+  pipeline::stages::RunSignals signals;
+  std::atomic<int> stops{0}, aborts{0}, abort_signal{0};
+  signals.bind({.stop = [&](int) { stops.fetch_add(1); },
+                .abort =
+                    [&](int sig) {
+                      abort_signal.store(sig);
+                      aborts.fetch_add(1);
+                    },
+                .checkpoint = {}});
+  auto settle = [] { std::this_thread::sleep_for(std::chrono::milliseconds(200)); };  // 10 watcher periods
+  const auto first = std::chrono::steady_clock::now();
+  REQUIRE(raise(SIGXCPU) == 0);
+  REQUIRE(raise(SIGTERM) == 0);  // the same request, come again at once
+  settle();
+  CHECK(stops.load() == 1);
+  CHECK(aborts.load() == 0);
+  CHECK(signals.stop_signal() == SIGXCPU);
+  std::this_thread::sleep_until(first + std::chrono::nanoseconds(pipeline::stages::RunSignals::kSameRequestNs) +
+                                std::chrono::milliseconds(100));
+  REQUIRE(raise(SIGXCPU) == 0);  // the kernel's repeat: never an abort
+  settle();
+  CHECK(aborts.load() == 0);
+  REQUIRE(raise(SIGINT) == 0);  // a second request, later: abort
+  settle();
+  CHECK(stops.load() == 1);
+  CHECK(aborts.load() == 1);
+  CHECK(abort_signal.load() == SIGXCPU);  // the actions are told the signal that asked for the stop
+  signals.unbind();
 }
 
 TEST_CASE("SIGXCPU repeated each second, as the kernel does past a soft CPU limit, still checkpoints") {

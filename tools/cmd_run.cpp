@@ -146,7 +146,8 @@ int run_main(const std::vector<std::string>& args) {
   if (plan.dp) rank.emplace(ctx, *plan.dp, engine);
   if (server) stages::feed_live_server(*server, engine, rank);
   // One path for a stop, whether one process or one rank of several: the first signal stops after
-  // the current step with a checkpoint (several ranks agree on the step first), a second aborts.
+  // the current step with a checkpoint (several ranks agree on the step first), a later one aborts
+  // (runner/signals.h: one within 2 s is the same request).
   signals.bind({.stop =
                     [&](int sig) {
                       if (rank)
@@ -155,8 +156,8 @@ int run_main(const std::vector<std::string>& args) {
                         engine.stop();
                       // After the request: a write that blocks (a full pipe) must not hold the stop back.
                       ctx.log->error("pipeline run: " + stages::RunSignals::name(sig) +
-                                     ": stopping after the current step, with a checkpoint (a second signal "
-                                     "stops at once)");
+                                     ": stopping after the current step, with a checkpoint (another signal, "
+                                     "2 s or more after this one, stops at once)");
                     },
                 .abort =
                     [&](int sig) {
