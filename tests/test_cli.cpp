@@ -39,6 +39,18 @@ fs::path temp_dir(const std::string& tag) { return test_util::fresh_dir("cli", t
 
 const std::string kQuick = std::string(PIPELINE_SOURCE_DIR) + "/pipelines/quickstart.toml";
 
+// A tmpfs at `dir` for the test's scope (mounting needs CAP_SYS_ADMIN: root in CI and here);
+// `ok` false where it could not be mounted (errno says why).
+struct TmpfsMount {
+  fs::path dir;
+  bool ok;
+  TmpfsMount(fs::path d, unsigned long flags, const char* options)
+      : dir(std::move(d)), ok(::mount("tmpfs", dir.c_str(), "tmpfs", flags, options) == 0) {}
+  ~TmpfsMount() {
+    if (ok) ::umount2(dir.c_str(), MNT_DETACH);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("version, help and unknown commands") {
@@ -338,15 +350,12 @@ TEST_CASE("a run directory that cannot be made: the error names it, and says how
   auto dir = temp_dir("rodir");
   auto ro = dir / "ro";
   fs::create_directories(ro);
-  if (::mount("tmpfs", ro.c_str(), "tmpfs", MS_RDONLY, nullptr) != 0) {
+  TmpfsMount mount(ro, MS_RDONLY, nullptr);
+  if (!mount.ok) {
     MESSAGE("not run: cannot mount a tmpfs here (" << std::strerror(errno) << ")");
     fs::remove_all(dir);
     return;
   }
-  struct Unmount {
-    fs::path d;
-    ~Unmount() { ::umount2(d.c_str(), MNT_DETACH); }
-  } unmount{ro};
   const std::string args = " run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --set training.steps=2";
   // The default, runs/<name>-<timestamp> under the current directory.
   auto r = test_util::shell("cd " + ro.string() + " && " + PIPELINE_EXE + args);
@@ -397,15 +406,12 @@ TEST_CASE("checkpoints on a full disk, then on a read-only one: clear errors, re
   auto run_dir = dir / "r";
   auto ckpt_dir = run_dir / "checkpoints";
   fs::create_directories(ckpt_dir);
-  if (::mount("tmpfs", ckpt_dir.c_str(), "tmpfs", 0, "size=60m") != 0) {
+  TmpfsMount mount(ckpt_dir, 0, "size=60m");
+  if (!mount.ok) {
     MESSAGE("not run: cannot mount a tmpfs here (" << std::strerror(errno) << "); test_io_faults covers the same paths with RLIMIT_FSIZE");
     fs::remove_all(dir);
     return;
   }
-  struct Unmount {
-    fs::path d;
-    ~Unmount() { ::umount2(d.c_str(), MNT_DETACH); }
-  } unmount{ckpt_dir};
   const std::string common = "--set model.preset=tiny --set training.seq_len=32 --set eval.every=0 --set logging.live=off ";
   auto r = sh("run " + kQuick + " " + common + "--set training.steps=8 --set checkpoint.every=4 --set checkpoint.keep=2 " +
               "--set run.dir=" + run_dir.string());

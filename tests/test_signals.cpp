@@ -194,6 +194,26 @@ int stop_with(int sig, const std::string& name, const fs::path& root) {
   return step;
 }
 
+// Sends `sig` `times` times, `gap` apart, mid-run: one stop, not an abort (exit status 1), with one
+// checkpoint, of the last step trained.
+void one_stop_from(int sig, int times, std::chrono::milliseconds gap, const std::string& tag) {
+  auto root = test_util::fresh_dir("signals", tag);
+  auto run_dir = root / "r";
+  auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
+  REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
+  REQUIRE(kill(p.pid, sig) == 0);
+  for (int i = 1; i < times; ++i) {
+    std::this_thread::sleep_for(gap);
+    kill(p.pid, sig);
+  }
+  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
+  INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
+  CHECK(code == 128 + sig);
+  const auto ckpts = checkpoints(run_dir);
+  REQUIRE(ckpts.size() == 1);
+  CHECK(losses(run_dir).rbegin()->first == ckpts.begin()->first);
+}
+
 }  // namespace
 
 TEST_CASE("SIGINT: the step finishes, a checkpoint is written, and the run resumes exactly") {
@@ -219,19 +239,7 @@ TEST_CASE("SIGHUP, SIGQUIT, SIGUSR2 and SIGXCPU stop like Ctrl-C, each with a ch
 }
 
 TEST_CASE("two SIGTERMs at once (Slurm signals every process, torchrun passes it on) are one stop, with a checkpoint") {
-  auto root = test_util::fresh_dir("signals", "term_twice");
-  auto run_dir = root / "r";
-  auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
-  REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
-  REQUIRE(kill(p.pid, SIGTERM) == 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // as torchrun passes it on, at once
-  kill(p.pid, SIGTERM);
-  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
-  INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
-  CHECK(code == 128 + SIGTERM);  // not aborted (exit status 1)
-  const auto ckpts = checkpoints(run_dir);
-  REQUIRE(ckpts.size() == 1);
-  CHECK(losses(run_dir).rbegin()->first == ckpts.begin()->first);
+  one_stop_from(SIGTERM, 2, std::chrono::milliseconds(5), "term_twice");  // as torchrun passes it on, at once
 }
 
 // The handler and its watcher in this process: what reaches the run's actions, and when.
@@ -267,18 +275,8 @@ TEST_CASE("RunSignals: stop signals within 2 s of the first are one request; a l
 }
 
 TEST_CASE("SIGXCPU repeated each second, as the kernel does past a soft CPU limit, still checkpoints") {
-  auto root = test_util::fresh_dir("signals", "xcpu_repeated");
-  auto run_dir = root / "r";
-  auto p = start(run_args(run_dir), root / "out.log", root / "err.log");
-  REQUIRE_MESSAGE(wait_for_step(p, run_dir, 3), test_util::read_file(root / "err.log"));
   // (Closer together than the kernel's second: the repeats must land while the step still runs.)
-  for (int i = 0; i < 4 && kill(p.pid, SIGXCPU) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  const int code = test_util::wait_exit(p.pid, std::chrono::seconds(120));
-  INFO(test_util::read_file(root / "out.log") << test_util::read_file(root / "err.log"));
-  CHECK(code == 128 + SIGXCPU);  // stopped with a checkpoint, not aborted (exit status 1)
-  const auto ckpts = checkpoints(run_dir);
-  REQUIRE(ckpts.size() == 1);
-  CHECK(losses(run_dir).rbegin()->first == ckpts.begin()->first);
+  one_stop_from(SIGXCPU, 4, std::chrono::milliseconds(30), "xcpu_repeated");
 }
 
 TEST_CASE("SIGUSR1 writes a checkpoint at the next step and training goes on; it resumes exactly") {
