@@ -527,6 +527,14 @@ TEST_CASE("--serve: the live server of a run, a port in use, and the finished ru
   auto dir = temp_dir("serve");
   const std::string common = kQuick + " --set model.preset=tiny --set training.seq_len=32 --set eval.every=0 " +
                              "--set logging.live=off --set checkpoint.at_end=false ";
+  for (const char* bad : {"99999", "abc", "1.2.3.4:"}) {  // refused as an argument: nothing planned, nothing made
+    auto r = sh("run " + common + "--set run.dir=" + (dir / "bad").string() + " --serve " + bad);
+    INFO(r.out);
+    CHECK(r.code != 0);
+    CHECK(contains(r.out, std::string("pipeline run: error: --serve: '") + bad + "'"));
+    CHECK(!contains(r.out, "run.dir"));  // no settings table
+    CHECK(!fs::exists(dir / "bad"));
+  }
   {
     HeldPort busy;
     auto r = sh("run " + common + "--set training.steps=4 --set run.dir=" + (dir / "busy").string() + " --serve " +

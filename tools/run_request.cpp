@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "graph/observe/listen_address.h"
 #include "model/cpu_advice.h"
 
 namespace pipeline::cli {
@@ -25,8 +26,14 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
       req.resume_auto = v == "auto";
       req.resume = req.resume_auto ? std::filesystem::path() : std::filesystem::path(v);
     }
-    else if (std::string(cmd) == "run" && (s == "--serve" || s.rfind("--serve=", 0) == 0))
+    else if (std::string(cmd) == "run" && (s == "--serve" || s.rfind("--serve=", 0) == 0)) {
       req.serve = value("--serve");
+      try {
+        graph::parse_listen_address(req.serve);  // a malformed one stops here, before anything is made
+      } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument(std::string("--serve: ") + e.what());
+      }
+    }
     else if (!s.empty() && s[0] == '-')
       throw std::invalid_argument("unknown option " + s + " (see pipeline " + cmd + " --help)");
     else if (req.config.empty())
