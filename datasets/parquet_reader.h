@@ -21,8 +21,9 @@
 // Decoding (decompression included) happens on a thread of the reader's own, never on the
 // caller's (a TBB worker in a training graph), at most `read_ahead_bytes` of decoded text ahead of
 // the consumer. Null rows are skipped and counted. A missing column, a column that is not text
-// (string, large_string, string_view or a dictionary of them), a file that is not Parquet (bad magic, corrupt footer, truncated) each throw
-// DatasetError naming the file; a row group that fails to decode names the file and row group.
+// (string, large_string, string_view or a dictionary of them), a file that is not Parquet (bad
+// magic, corrupt footer, truncated) each throw DatasetError naming the file; a row group that
+// fails to decode names the file and row group.
 #pragma once
 
 #include <cstdint>

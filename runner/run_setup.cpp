@@ -260,7 +260,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
                                     : ""));
     // Two runs in one directory would rotate each other's checkpoints away and interleave their
     // logs (a job requeued while the old one still runs, the same --resume in two terminals).
-    plan.run_dir_lock = std::make_shared<DirLock>(ctx->run_dir, "run directory");
+    plan.run_dir_lock = std::make_unique<DirLock>(ctx->run_dir, "run directory");
     if (!resuming) {
       // --resume reads this file back: a run whose config.toml could not be written must not start.
       write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +

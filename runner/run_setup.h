@@ -26,7 +26,7 @@ struct RunPlan {
   std::shared_ptr<DataParallel> dp;
   /// The run directory, held by this process alone while the plan lives (rank 0's, or the only
   /// process's: the writer); null where nothing is written.
-  std::shared_ptr<DirLock> run_dir_lock;
+  std::unique_ptr<DirLock> run_dir_lock;
   /// Every resolved section (run sections, then stages), for the settings table.
   std::vector<config::Section> sections() const;
 };

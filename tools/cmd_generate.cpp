@@ -40,12 +40,10 @@ int generate_main(const std::vector<std::string>& args) {
       return d;
     };
     const auto& a = args[i];
-    auto set_checkpoint = [&](const std::string& path) {
+    if (a == "--checkpoint" || !a.starts_with("-")) {  // (bare: as `pipeline export` takes it)
+      const std::string path = a == "--checkpoint" ? value() : a;
       if (!ckpt.empty()) throw std::invalid_argument("one checkpoint expected, got a second: " + path);
       ckpt = path;
-    };
-    if (a == "--checkpoint") {
-      set_checkpoint(value());
     } else if (a == "--prompt") {
       prompt = value();
     } else if (a == "--tokens") {
@@ -56,8 +54,6 @@ int generate_main(const std::vector<std::string>& args) {
       so.top_k = static_cast<int64_t>(number(a, true));
     } else if (a == "--seed") {
       so.seed = static_cast<uint64_t>(number(a, true));
-    } else if (!a.starts_with("-")) {
-      set_checkpoint(a);  // as `pipeline export CHECKPOINT` takes it
     } else {
       throw std::invalid_argument("unknown argument " + a + " (see pipeline generate --help)");
     }
