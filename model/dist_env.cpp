@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "model/slurm_env.h"
+
 namespace pipeline::dist {
 namespace {
 
@@ -18,19 +20,23 @@ std::optional<int64_t> parse_int(const std::string& s) {
 
 // An integer variable in [lo, hi]; `fallback` when unset (nullopt: required).
 int64_t int_var(const EnvLookup& get, const std::string& name, int64_t lo, int64_t hi, std::optional<int64_t> fallback) {
-  auto raw = get(name);
-  if (!raw) {
-    if (fallback) return *fallback;
-    throw LaunchError(name + " is not set, but WORLD_SIZE is: a data-parallel rank needs both" + kHint);
-  }
-  auto v = parse_int(*raw);
-  if (!v || *v < lo || *v > hi)
-    throw LaunchError(name + " is \"" + *raw + "\": expected an integer from " + std::to_string(lo) + " to " +
-                      std::to_string(hi) + kHint);
-  return *v;
+  if (auto v = detail::int_env(get, name, lo, hi, kHint)) return *v;
+  if (fallback) return *fallback;
+  throw LaunchError(name + " is not set, but WORLD_SIZE is: a data-parallel rank needs both" + kHint);
 }
 
 }  // namespace
+
+std::optional<int64_t> detail::int_env(const EnvLookup& get, const std::string& name, int64_t lo, int64_t hi,
+                                       const std::string& hint) {
+  auto raw = get(name);
+  if (!raw) return std::nullopt;
+  auto v = parse_int(*raw);
+  if (!v || *v < lo || *v > hi)
+    throw LaunchError(name + " is \"" + *raw + "\": expected an integer from " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + hint);
+  return *v;
+}
 
 std::string LaunchEnv::str() const {
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (local rank " +
@@ -45,7 +51,7 @@ EnvLookup process_env() {
   };
 }
 
-std::optional<LaunchEnv> launch_env(const EnvLookup& get) {
+std::optional<LaunchEnv> launch_env(const EnvLookup& get, uint16_t slurm_port) {
   // A rank's own variables say that a launcher started this process as one rank of several; then
   // every variable a rank needs must be there. A partial environment is refused rather than read
   // as a single process, which would train alone and could write into a directory the other
@@ -53,7 +59,7 @@ std::optional<LaunchEnv> launch_env(const EnvLookup& get) {
   std::string present, missing;
   for (const char* name : {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
     if (get(name)) present += std::string(present.empty() ? "" : ", ") + name;
-  if (present.empty()) return std::nullopt;
+  if (present.empty()) return slurm_launch_env(get, slurm_port);  // torchrun's variables win
   int n_missing = 0;
   for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}) {
     auto v = get(name);
@@ -82,6 +88,7 @@ std::optional<LaunchEnv> launch_env(const EnvLookup& get) {
   if (!addr || addr->empty())
     throw LaunchError(std::string("MASTER_ADDR is not set: the ranks need the address of the rendezvous store") + kHint);
   e.master_addr = *addr;
+  e.addr_from = "MASTER_ADDR";
   e.master_port = static_cast<uint16_t>(int_var(get, "MASTER_PORT", 1, 65535, std::nullopt));
   auto agent = get("TORCHELASTIC_USE_AGENT_STORE");
   e.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");

@@ -9,6 +9,7 @@
 //   TORCHELASTIC_RESTART_COUNT     how often torchrun restarted the workers (keys are kept apart)
 //   TORCHELASTIC_RUN_ID            set by torchrun only (its --rdzv-id)
 //
+// Without them, a task started by srun takes its rank from Slurm's variables (slurm_env.h).
 // No torch here: parsing and checking only, so errors read as sentences.
 #pragma once
 
@@ -31,8 +32,10 @@ struct LaunchEnv {
   std::string master_addr;
   uint16_t master_port = 0;
   bool agent_store = false;  // torchrun's agent hosts the store: every rank is a client
-  int restart_count = 0;
+  int restart_count = 0;     // torchrun's restarts, or the Slurm job's requeues
   std::string run_id;        // empty when not launched by torchrun
+  bool slurm = false;        // srun started the ranks (slurm_env.h), without torchrun
+  std::string addr_from;     // where master_addr came from, for messages ("MASTER_ADDR", ...)
   bool torchrun() const { return !run_id.empty(); }
   /// "rank 1 of 4 (local rank 1 of 2), store at host:29500 (torchrun's agent)"
   std::string str() const;
@@ -42,10 +45,19 @@ struct LaunchEnv {
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();
 
-/// The rank's environment, or nullopt when none of RANK, LOCAL_RANK, WORLD_SIZE and
-/// LOCAL_WORLD_SIZE is set (a single process, as without torchrun). Throws LaunchError naming the
-/// variable, its value and what was expected; a partial environment (some of them set, but not
-/// all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT) names every missing variable.
-std::optional<LaunchEnv> launch_env(const EnvLookup& get = process_env());
+/// The rank's environment: torchrun's (or env://'s, set by hand) when any of RANK, LOCAL_RANK,
+/// WORLD_SIZE and LOCAL_WORLD_SIZE is set; else srun's (slurm_launch_env, with `slurm_port` =
+/// [run] master_port, 0 for none); nullopt when neither applies (a single process). Throws
+/// LaunchError naming the variable, its value and what was expected; a partial torchrun
+/// environment (some of them set, but not all of RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT)
+/// names every missing variable.
+std::optional<LaunchEnv> launch_env(const EnvLookup& get = process_env(), uint16_t slurm_port = 0);
+
+namespace detail {
+/// An integer variable in [lo, hi], nullopt when unset; a value that is not one is a LaunchError
+/// naming the variable and its value, with `hint` after.
+std::optional<int64_t> int_env(const EnvLookup& get, const std::string& name, int64_t lo, int64_t hi,
+                               const std::string& hint);
+}  // namespace detail
 
 }  // namespace pipeline::dist

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/csrc/distributed/c10d/comm.hpp>
 
+#include <netdb.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -69,6 +70,19 @@ bool contains(const std::string& s, const char* what) { return s.find(what) != s
 // The TCPStore connection (or, on rank 0 without torchrun's agent, the server plus a client),
 // with c10d's errors turned into sentences.
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const LaunchEnv& env, milliseconds timeout) {
+  if (env.slurm && env.addr_from != "MASTER_ADDR") {
+    // A node's name in Slurm need not be a host name (NodeName vs NodeAddr): say so at once, rather
+    // than retrying a name that will not resolve until the timeout.
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    const int rc = getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
+    if (found) freeaddrinfo(found);
+    if (rc != 0)
+      throw LaunchError("rank 0's node, " + env.master_addr + " (" + env.addr_from + "), does not resolve to an "
+                        "address here (" + gai_strerror(rc) + "): export MASTER_ADDR=<its address> before srun (for "
+                        "example from scontrol show node " + env.master_addr + ", its NodeAddr)");
+  }
   c10d::TCPStoreOptions o;
   o.port = env.master_port;
   o.isServer = !env.agent_store && env.rank == 0;

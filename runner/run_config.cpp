@@ -36,7 +36,11 @@ const std::vector<config::Schema>& run_schemas() {
         .floating("dist_heartbeat_s", 60, "data parallel: a rank whose heartbeat stops this long is reported as gone",
                   1, 1e6)
         .floating("dist_bucket_mb", 25, "data parallel: size of the gradient buckets all-reduced during backward",
-                  0.001, 1e5);
+                  0.001, 1e5)
+        .integer("master_port", 0,
+                 "data parallel under srun without torchrun: the port rank 0 hosts the store on (0: MASTER_PORT when "
+                 "exported, else 15000 + the Slurm job id's last four digits)",
+                 0, 65535);
     s.emplace_back("model");
     s.back()
         .string("preset", "gpt2", "model size: gpt2, gpt2-medium, gpt2-large, gpt2-xl, or a small CPU preset")
@@ -146,7 +150,8 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
             run.get_int("seed"),            run.get_string("device"),
             run.get_int("threads"),         run.get_bool("autotune"),
             run.get_string("backend"),      run.get_float("dist_timeout_s"),
-            run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb")};
+            run.get_float("dist_heartbeat_s"), run.get_float("dist_bucket_mb"),
+            run.get_int("master_port")};
 
   if (rc.run.resume == "auto" && rc.run.dir.empty())
     throw run.error("resume", "\"auto\" needs [run] dir: a restarted run finds its checkpoints there (the default "

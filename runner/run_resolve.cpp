@@ -123,6 +123,13 @@ ResolvedRun resolve_run(const RunRequest& req) {
   r.config_path = config::find_config(cfg, req.source_dir);
   r.doc = config::Document::load(r.config_path, req.overrides);
   r.cfg = resolve_run_config(r.doc, req.source_dir);
+  if (req.resume_auto) {
+    // The command line's --resume auto is the run's [run] resume: the settings table says so and
+    // where it came from, and the run's config.toml records it.
+    r.cfg.run.resume = "auto";
+    for (auto& sec : r.cfg.sections)
+      if (sec.name() == "run") sec.set("resume", std::string("auto"), config::Location{"--resume auto", 0});
+  }
   r.spec = graph::GraphSpec::from_config(r.doc);
   r.doc.check_all_used();
   graph::validate(r.spec);  // the graph's structure: stage types, ports, inputs, cycles

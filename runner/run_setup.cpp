@@ -14,6 +14,7 @@
 #include "model/checkpoint_config.h"
 #include "model/device_event.h"
 #include "model/dist_env.h"
+#include "model/slurm_env.h"
 #include "runner/data_parallel.h"
 
 namespace pipeline::stages {
@@ -29,19 +30,23 @@ std::vector<config::Section> RunPlan::sections() const {
 
 namespace {
 
-// Under torchrun, each rank on a machine takes the GPU numbered by its LOCAL_RANK.
+// Under torchrun, each rank on a machine takes the GPU numbered by its LOCAL_RANK (under srun,
+// by its SLURM_LOCALID).
 torch::Device pick_device(const RunConfig& rc, const std::optional<dist::LaunchEnv>& env) {
   const auto& d = rc.run.device;
   bool cuda = torch::cuda::is_available();
   if (d == "cuda" && !cuda)
     throw config::ConfigError(rc.file.string() + ": [run] device: \"cuda\" was asked for but no CUDA device is available");
   if (d == "cuda" || (d == "auto" && cuda)) {
-    const int index = env ? env->local_rank : 0;
+    int index = env ? env->local_rank : 0;
     const int count = static_cast<int>(torch::cuda::device_count());
+    // srun --gpus-per-task=1 (or --gpu-bind) shows each task its own GPU, as device 0.
+    if (env && env->slurm && count == 1) index = 0;
     if (index >= count)
-      throw dist::LaunchError("LOCAL_RANK is " + std::to_string(index) + " but this machine has " + std::to_string(count) +
-                              " CUDA device" + (count == 1 ? "" : "s") + ": start at most " + std::to_string(count) +
-                              " ranks per machine (torchrun --nproc-per-node)");
+      throw dist::LaunchError(std::string(env->slurm ? "SLURM_LOCALID" : "LOCAL_RANK") + " is " + std::to_string(index) +
+                              " but this machine has " + std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
+                              ": start at most " + std::to_string(count) + " ranks per machine (" +
+                              (env->slurm ? "srun --ntasks-per-node" : "torchrun --nproc-per-node") + ")");
     return torch::Device(torch::kCUDA, static_cast<torch::DeviceIndex>(index));
   }
   return torch::kCPU;
@@ -274,6 +279,21 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   if (!resplit.empty()) ctx->log->print(resplit);
 }
 
+// Under Slurm, the job and how often it was requeued, in the run log and in metrics.jsonl (a line
+// of its own, before the steps this allocation trains): which allocation trained which steps.
+void note_slurm_job(const RunContext& ctx, const std::optional<dist::LaunchEnv>& env) {
+  const auto job = dist::slurm_job(dist::process_env());
+  if (!job || !ctx.writer()) return;
+  const int ranks = env ? env->world_size : 1;
+  std::string line = job->str() + ": " + (env ? env->str() : "one process");
+  if (env) line += env->slurm ? ", ranks from srun" : env->torchrun() ? ", ranks from torchrun" : "";
+  line += ctx.start_step > 0 ? "; continues from step " + std::to_string(ctx.start_step) : "; starts the run";
+  ctx.log->print(line);
+  ctx.log->metric("{\"slurm_job_id\":" + json_quote(job->id) + ",\"slurm_restart_count\":" +
+                  std::to_string(job->restart_count) + (job->array.empty() ? "" : ",\"slurm_array\":" + json_quote(job->array)) +
+                  ",\"start_step\":" + std::to_string(ctx.start_step) + ",\"ranks\":" + std::to_string(ranks) + "}");
+}
+
 }  // namespace
 
 graph::EngineOptions engine_options(const RunContext& ctx) {
@@ -295,7 +315,8 @@ RunPlan plan_run(const RunRequest& req) {
   plan.ctx = ctx;
   ctx->cfg = std::move(resolved.cfg);
   ctx->model = resolved.model;
-  const auto env = dist::launch_env();  // set by torchrun; none for one process
+  // Set by torchrun, or by srun; none for one process.
+  const auto env = dist::launch_env(dist::process_env(), static_cast<uint16_t>(ctx->cfg.run.master_port));
   ctx->device = pick_device(ctx->cfg, env);
   // This thread builds the stages, and some allocate pinned memory as they are built: with the
   // run's device current, or each rank would make a context on GPU 0 as well.
@@ -303,6 +324,7 @@ RunPlan plan_run(const RunRequest& req) {
   if (env && req.create_run_dir) join_ranks(plan, *env);
   try {
     locate_run(plan, req);
+    note_slurm_job(*ctx, plan.dp ? env : std::nullopt);
   } catch (const std::exception& e) {
     if (plan.dp) plan.dp->group().record_exit(e.what());  // the others stop waiting for this rank
     throw;

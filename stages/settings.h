@@ -25,6 +25,7 @@ struct RunSection {
   double dist_timeout_s = 600;   // waiting for the other ranks (start-up, store, collectives)
   double dist_heartbeat_s = 60;  // a rank silent this long is reported as gone
   double dist_bucket_mb = 25;    // gradient all-reduce bucket size
+  int64_t master_port = 0;       // srun without torchrun: rank 0's store port (0: from the job id)
 };
 
 struct ModelSection {

@@ -448,9 +448,18 @@ TEST_CASE("--resume auto: starts a run, continues it from its newest checkpoint 
   INFO(c.out);
   CHECK(c.code == 0);
   CHECK(contains(c.out, "holds no checkpoint yet; the run starts there"));
+  // The settings table shows the resume mode the run goes by, and that the command line set it.
+  auto resume_row = [](const std::string& out) {
+    const auto at = out.find("| run.resume ");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at) - at);
+  };
+  CHECK(contains(resume_row(c.out), "\"auto\""));
+  CHECK(contains(resume_row(c.out), "| --resume auto "));
   auto first = sh("run " + kQuick + " " + common + "--set training.steps=4 --resume auto");
   INFO(first.out);
   REQUIRE(first.code == 0);
+  CHECK(contains(resume_row(first.out), "\"auto\""));
+  CHECK(contains(resume_row(first.out), "| --resume auto "));
   CHECK(!contains(first.out, "resuming from"));
   CHECK(contains(first.out, "done: 4 steps"));
   // The same command with more steps continues at step 4 ([run] resume in the file works the same).

@@ -26,18 +26,11 @@
 
 using namespace pipeline;
 using test_util::contains;
+using test_util::env_of;
 using test_util::error_of;
 using test_util::free_port;
 
 namespace {
-
-dist::EnvLookup env_of(std::map<std::string, std::string> vars) {
-  return [vars](const std::string& k) -> std::optional<std::string> {
-    auto it = vars.find(k);
-    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
-  };
-}
-
 
 dist::LaunchEnv env_for(int rank, int world, uint16_t port) {
   dist::LaunchEnv e;

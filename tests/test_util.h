@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -34,6 +36,14 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "";
+}
+
+/// A lookup of environment variables (dist::EnvLookup) that sees only `vars`.
+inline std::function<std::optional<std::string>(const std::string&)> env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    return it == vars.end() ? std::nullopt : std::optional<std::string>(it->second);
+  };
 }
 
 struct ShellResult {

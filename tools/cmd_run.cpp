@@ -67,11 +67,14 @@ void print_settings(const stages::RunPlan& plan) {
               << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
 }
 
-// How to continue this run: with several ranks, torchrun with the same number of them.
+// How to continue this run: with several ranks, torchrun (or srun) with the same number of them.
 std::string resume_command(const stages::RunPlan& plan) {
   std::string dir = plan.ctx->run_dir.string();
   if (!plan.dp) return "pipeline run --resume " + dir;
   const auto& env = plan.dp->group().env();
+  if (env.slurm)
+    return "srun --ntasks=" + std::to_string(env.world_size) + " pipeline run --resume " + dir + " (" +
+           std::to_string(env.world_size) + " ranks, as before; tools/slurm/train.sbatch does it by itself)";
   std::string ranks = env.world_size == env.local_world_size
                           ? "--nproc-per-node=" + std::to_string(env.world_size)
                           : "--nnodes=" + std::to_string(env.world_size / env.local_world_size) +
