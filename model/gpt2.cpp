@@ -131,6 +131,10 @@ GPTImpl::GPTImpl(GPTConfig cfg, uint64_t seed) : cfg_(cfg) {
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
+  return at::linear(features(idx), wte->weight);  // (B, T, Vp)
+}
+
+torch::Tensor GPTImpl::features(const torch::Tensor& idx) {
   TORCH_CHECK(idx.dim() == 2, "GPT::forward: expected idx of shape (B, T), got ", idx.sizes());
   TORCH_CHECK(idx.scalar_type() == torch::kLong, "GPT::forward: expected int64 token ids, got ",
               idx.scalar_type());
@@ -140,8 +144,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
   auto pos = torch::arange(T, idx.options());  // (T)
   auto x = drop(wte(idx) + wpe(pos));  // (B, T, C)
   for (const auto& block : *h) x = block->as<Block>()->forward(x);
-  x = ln_f(x);  // (B, T, C)
-  return at::linear(x, wte->weight);  // (B, T, Vp)
+  return ln_f(x);  // (B, T, C)
 }
 
 torch::Tensor GPTImpl::forward_cached(const torch::Tensor& idx, KVCache& cache) {

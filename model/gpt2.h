@@ -86,6 +86,10 @@ class GPTImpl : public torch::nn::Module {
   /// Columns >= vocab_size are padding; loss() and sample() never look at them.
   torch::Tensor forward(const torch::Tensor& idx);
 
+  /// What the head multiplies: the final LayerNorm's output (B, T, C) for idx (B, T), so that a
+  /// caller that needs a few positions' logits (HellaSwag) projects only those.
+  torch::Tensor features(const torch::Tensor& idx);
+
   /// Incremental decoding: idx (B, t) int64 are positions [cache.pos, cache.pos + t), which must
   /// stay within cache.capacity (<= block_size); t > 1 only for the first call (the prompt).
   /// Returns the logits of the last position, (B, padded_vocab_size), and advances cache.pos.

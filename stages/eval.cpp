@@ -9,13 +9,13 @@
 // whichever thread drops the step. The results (loss sum and the sample's ids) come back in one
 // pinned buffer and one event, waited for without spinning.
 #include <cstdio>
-#include <functional>
 #include <optional>
 
 #include "base/nvtx.h"
 
-#include "datasets/dataset_reader.h"
+#include "datasets/manifest.h"
 #include "datasets/parquet_reader.h"
+#include "datasets/split_tokens.h"
 #include "base/json.h"
 #include "datasets/tokenizer.h"
 #include "graph/stage.h"
@@ -145,65 +145,33 @@ class Eval : public graph::Stage {
     return out;
   }
 
-  // Tokenizes documents from `next` the way training does (<|endoftext|> before each) until `ids`
-  // holds `want` tokens or the documents run out.
-  static void append_documents(std::vector<int64_t>& ids, int64_t want, const std::function<bool(std::string&)>& next) {
-    const auto& tok = datasets::Tokenizer::gpt2();
-    std::string doc;
-    std::vector<uint32_t> t;
-    while (static_cast<int64_t>(ids.size()) < want && next(doc)) {
-      t.clear();
-      t.push_back(datasets::Tokenizer::eot_id);
-      tok.encode_ordinary_append(doc, t);
-      ids.insert(ids.end(), t.begin(), t.end());
-    }
-  }
-
   static constexpr const char* kTooSmall =
       ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
 
   // The fixed validation set: the first batches*B*T+1 tokens of the validation split of `source`
-  // ([data] dataset, or the stage's own `dataset`), tokenized the way training tokenizes
-  // (<|endoftext|> before each document); of a held-out Parquet source, its first documents.
+  // ([data] dataset, or the stage's own `dataset`) as training sees them (datasets/split_tokens.h);
+  // of a held-out Parquet source, its first documents.
   void load_validation(const std::filesystem::path& source, bool own, const std::string& name) {
     const auto& cfg = rc_.cfg;
     const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
-    const int64_t want = cfg.eval.batches * B * T + 1;
-    std::vector<int64_t> ids;
     if (datasets::is_parquet_source(source)) {
       if (!own)
         throw std::runtime_error(source.string() + ": Parquet has no validation split: set [stages." + name +
                                  "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
                                  "evaluation off with [eval] every = 0");
-      // Held-out Parquet: its first documents in file and row-group order.
-      datasets::ParquetDocumentReader reader;
-      datasets::ParquetReaderOptions o;
-      o.shuffle = false;
-      reader.open(source, {}, /*loop=*/false, o);
-      append_documents(ids, want, [&](std::string& doc) { return reader.next(doc); });
     } else if (auto manifest = datasets::Manifest::load(source); !manifest.splits.count(cfg.data.val_split)) {
       throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
                                "' for evaluation ([data] val_split)");
     } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
       throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
-    } else if (manifest.kind == datasets::ShardKind::tokens) {
-      datasets::TokenDatasetReader reader;
-      reader.open(source, cfg.data.val_split);
-      std::vector<uint16_t> buf(static_cast<size_t>(want));
-      size_t n = 0, got;
-      while (n < buf.size() && (got = reader.read(std::span<uint16_t>(buf).subspan(n))) > 0) n += got;
-      ids.assign(buf.begin(), buf.begin() + static_cast<std::ptrdiff_t>(n));
-    } else {
-      datasets::TextDatasetReader reader;
-      reader.open(source, cfg.data.val_split);
-      append_documents(ids, want, [&](std::string& doc) { return reader.next(doc); });
     }
+    const auto ids = datasets::read_split_tokens(source, cfg.data.val_split, cfg.eval.batches * B * T + 1);
     n_batches_ = std::min<int64_t>(cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
     if (n_batches_ < 1)
       throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
                                std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
                                std::to_string(B * T + 1) + ")" + kTooSmall);
-    val_ = torch::tensor(ids, torch::kInt64);  // (N)
+    val_ = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);  // (N)
   }
 
   RunContext& rc_;

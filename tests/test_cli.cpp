@@ -1,5 +1,5 @@
 // Tests of the `pipeline` command as a user runs it: help and version, `check` and its errors,
-// `tokenize` parity from outside, a short `run` then `generate`, and checkpoint atomicity when the
+// `tokenize` parity from outside, a short `run` then `generate` and `eval`, and checkpoint atomicity when the
 // process is killed with SIGKILL while it writes checkpoints, and the live server (--serve).
 #include <doctest/doctest.h>
 
@@ -7,6 +7,7 @@
 #include "test_util.h"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cerrno>
 #include <cstdio>
@@ -59,7 +60,7 @@ TEST_CASE("version, help and unknown commands") {
   CHECK(contains(v.out, "pipeline 0."));
   auto h = sh("--help");
   CHECK(h.code == 0);
-  for (const char* c : {"run", "check", "stages", "graph", "stats", "prepare", "tokenize", "generate"})
+  for (const char* c : {"run", "check", "stages", "graph", "stats", "prepare", "tokenize", "generate", "eval"})
     CHECK(contains(h.out, c));
   auto rh = sh("run --help");
   CHECK(rh.code == 0);
@@ -194,7 +195,7 @@ TEST_CASE("tokenize matches the reference ids from outside, and decodes back") {
   fs::remove_all(dir);
 }
 
-TEST_CASE("a short run, its stats, and generate from its checkpoint") {
+TEST_CASE("a short run, its stats, and generate and eval from its checkpoint") {
   auto dir = temp_dir("run");
   auto run_dir = dir / "r";
   auto r = sh("run " + kQuick + " --set model.preset=tiny --set training.steps=4 --set training.seq_len=32 " +
@@ -229,6 +230,48 @@ TEST_CASE("a short run, its stats, and generate from its checkpoint") {
     CHECK(r.code != 0);
     CHECK(contains(r.out, std::string(opt).substr(0, std::string(opt).find(' ')) + ": expected "));
   }
+
+  // eval --val: the loss over every whole window of the split, the same whatever the batch size
+  // (windows are cut as pack cuts them, the last target carried into the next batch).
+  const std::string val = std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/text";
+  auto loss_of = [&](const std::string& args) {
+    auto e = sh("eval " + run_dir.string() + " --val " + val + " " + args);
+    INFO(args << ": " << e.out);
+    REQUIRE(e.code == 0);
+    double loss = 0;
+    long long tokens = 0;
+    REQUIRE(std::sscanf(e.out.substr(e.out.find("val loss ")).c_str(), "val loss %lf tokens %lld", &loss, &tokens) == 2);
+    return std::pair(loss, tokens);
+  };
+  const auto [loss8, tokens8] = loss_of("--batch-size 8");
+  const auto [loss3, tokens3] = loss_of("--batch-size 3");
+  CHECK(tokens8 == tokens3);
+  CHECK(tokens8 % 64 == 0);  // windows of the model's context (the tiny preset's 64)
+  CHECK(tokens8 > 30000);    // the whole split (33,6xx tokens), not a few batches
+  CHECK(std::abs(loss8 - loss3) < 1e-4);
+  CHECK(loss8 > 5);
+  CHECK(loss8 < 12);
+  CHECK(std::get<1>(loss_of("--seq-len 32")) >= tokens8);
+
+  // eval's errors: what is missing or malformed is named, before any model is read.
+  auto none = sh("eval " + run_dir.string());
+  CHECK(none.code != 0);
+  CHECK(contains(none.out, "nothing to evaluate: give --hellaswag FILE and/or --val DATASET"));
+  const fs::path bad_items = dir / "items.jsonl";
+  test_util::write_file(bad_items, "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n"
+                                   "{\"ctx\": \"c\", \"endings\": [\"a\"], \"label\": 0}\n");
+  auto malformed = sh("eval " + (dir / "no-model").string() + " --hellaswag " + bad_items.string());
+  CHECK(malformed.code == 1);
+  CHECK(contains(malformed.out, bad_items.string() + ":2: field 'endings': expected an array of 4 strings"));
+  auto missing = sh("eval " + run_dir.string() + " --hellaswag " + (dir / "none.jsonl").string());
+  CHECK(contains(missing.out, (dir / "none.jsonl").string() + ": cannot open"));
+  // The tiny preset's context (64) cannot hold every ending of the test items whole.
+  auto too_long = sh("eval " + run_dir.string() + " --hellaswag " + std::string(PIPELINE_SOURCE_DIR) +
+                     "/tests/data/hellaswag/val_every50.jsonl");
+  CHECK(too_long.code == 1);
+  CHECK(contains(too_long.out, "val_every50.jsonl:88: ending 0 has 64 tokens; a model with a context of 64 tokens"));
+  auto options = sh("eval " + run_dir.string() + " --val " + val + " --items 3");
+  CHECK(contains(options.out, "--items and --predictions need --hellaswag FILE"));
   fs::remove_all(dir);
 }
 

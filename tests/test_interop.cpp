@@ -9,8 +9,11 @@
 //     the stage and queue series;
 //   - llm.c shards written by a Python script after llm.c's layout train exactly as our own token
 //     shards do, resume exactly, and `pipeline prepare --format llmc` output reads back in Python.
+//   - HellaSwag: `pipeline eval --hellaswag` on an exported model predicts, item for item, what
+//     transformers predicts with the same rule (tests/interop/hellaswag_reference.py).
 // Exits 77 (CTest: skipped) when no Python with transformers, safetensors and tensorboard is
 // configured (tools/setup.sh installs them; PIPELINE_INTEROP_PYTHON names the interpreter).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -234,6 +237,56 @@ TEST_CASE("export -> transformers: same logits, same greedy tokens, same tokeniz
                       std::vector<int64_t>(ids.begin(), ids.end()),
                   kTexts[i]);
   }
+  fs::remove_all(root);
+}
+
+// The line of `out` that starts with `prefix` (the command's result among its timings).
+std::string line_starting(const std::string& out, const std::string& prefix) {
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(prefix)) return line;
+  return "";
+}
+
+TEST_CASE("HellaSwag: pipeline eval predicts what transformers predicts, item for item") {
+  // A context of 96 tokens holds the longest ending of the items (87 tokens, as of the whole
+  // split) but not 200 of their 804 rows: the cut from the left is exercised as well as the scoring.
+  auto root = temp_dir("hellaswag");
+  auto trained = run(tiny_config(root / "run", kTokenInput, kData + "tokens"), root / "run",
+                     {"model.block_size=96", "training.steps=30", "optimizer.lr=1e-2", "optimizer.min_lr=1e-3",
+                      "checkpoint.every=0"});
+  REQUIRE(trained.last_step == 30);
+  pipeline_cli("export " + (root / "run").string() + " --out " + (root / "hf").string());
+  const std::string items = std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl";
+
+  const std::string ours = line_starting(pipeline_cli("eval " + (root / "hf").string() + " --hellaswag " + items +
+                                                      " --predictions " + (root / "ours.txt").string()),
+                                         "hellaswag ");
+  // The run directory (its checkpoint) and its export give the same scores.
+  const std::string from_run = line_starting(pipeline_cli("eval " + (root / "run").string() + " --hellaswag " + items +
+                                                          " --predictions " + (root / "run.txt").string()),
+                                             "hellaswag ");
+  const auto r = test_util::shell(kPython + " " + (kScripts / "hellaswag_reference.py").string() + " --model " +
+                                  (root / "hf").string() + " --items " + items + " --predictions " +
+                                  (root / "theirs.txt").string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  MESSAGE("ours:         " << ours << "\ntransformers: " << line_starting(r.out, "hellaswag ") << " ("
+                          << line_starting(r.out, "closest") << ")");
+  CHECK(contains(ours, " n 201"));
+  CHECK(ours == line_starting(r.out, "hellaswag "));
+  CHECK(from_run == ours);
+  const std::string predictions = read_file(root / "ours.txt");
+  CHECK(std::count(predictions.begin(), predictions.end(), '\n') == 201);
+  CHECK(predictions == read_file(root / "theirs.txt"));  // every item's prediction, in file order
+  CHECK(read_file(root / "run.txt") == predictions);
+
+  // --items N: the first N items, the same predictions as the whole file's first N.
+  const std::string first = line_starting(pipeline_cli("eval " + (root / "hf").string() + " --hellaswag " + items +
+                                                       " --items 10 --predictions " + (root / "ten.txt").string()),
+                                          "hellaswag ");
+  CHECK(contains(first, " n 10"));
+  CHECK(read_file(root / "ten.txt") == predictions.substr(0, 20));
   fs::remove_all(root);
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <exception>
 #include <iostream>
+#include <stdexcept>
 
 namespace pipeline::cli {
 
@@ -14,6 +15,20 @@ std::vector<Command>& commands() {
 
 bool wants_help(const std::vector<std::string>& args) {
   return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
+}
+
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+  size_t used = 0;
+  long long x = 0;
+  try {
+    x = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || x < lo || x > hi)
+    throw std::invalid_argument(flag + " " + v + ": expected an integer in [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+  return x;
 }
 
 int run_command(const Command& c, const std::vector<std::string>& args) {

@@ -1,12 +1,11 @@
-// `pipeline generate`: loads a checkpoint and prints a continuation of a prompt.
+// `pipeline generate`: loads a checkpoint (or a Hugging Face directory) and prints a continuation of a prompt.
 #include <cmath>
 #include <iostream>
 
 #include "cli.h"
 #include "datasets/tokenizer.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_config.h"
 #include "model/generate.h"
+#include "model/inference_model.h"
 #include "runner/run_setup.h"
 
 namespace pipeline::cli {
@@ -59,12 +58,9 @@ int generate_main(const std::vector<std::string>& args) {
     }
   }
   if (ckpt.empty()) throw std::invalid_argument("--checkpoint PATH is required (a .ckpt file or a run directory)");
-  ckpt = stages::checkpoint_file(ckpt).string();
-  auto state = model::read_checkpoint(ckpt);
-  auto cfg = model::checkpoint_model_config(state.metadata, ckpt);
-  model::GPT gpt(cfg);
-  model::restore(state, gpt, nullptr, /*restore_rng=*/false);
-  gpt->eval();
+  // A Hugging Face directory as it is, a run directory's newest checkpoint, or a .ckpt file.
+  if (!model::is_hf_model_dir(ckpt)) ckpt = stages::checkpoint_file(ckpt).string();
+  model::GPT gpt = model::load_inference_model(ckpt).model;
   if (torch::cuda::is_available()) gpt->to(torch::Device(torch::kCUDA, 0));
   const auto& tok = datasets::Tokenizer::gpt2();
   auto ids = tok.encode_ordinary(prompt);

@@ -12,6 +12,7 @@
 namespace {
 
 using pipeline::datasets::PrepareOptions;
+using pipeline::cli::parse_int;
 
 const char* kUsage = R"(usage: pipeline prepare INPUT... --out DIR [options]
 
@@ -59,20 +60,6 @@ example (tiny-shakespeare ships compressed in the repository):
 std::string need_value(const std::vector<std::string>& args, size_t& i) {
   if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value (see pipeline prepare --help)");
   return args[++i];
-}
-
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
-  size_t used = 0;
-  long long x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || x < lo || x > hi)
-    throw std::invalid_argument(flag + " " + v + ": expected an integer in [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + "]");
-  return x;
 }
 
 int prepare_main(const std::vector<std::string>& args) {

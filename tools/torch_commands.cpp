@@ -1,7 +1,7 @@
 // The commands that need tensors, as the executable describes them: `pipeline --help` and
 // `pipeline run --help` answer without LibTorch. Calling one loads the LibTorch half,
 // libpipeline_torch.so from the executable's directory, and hands it the arguments
-// (tools/torch_entry.cpp); its commands are tools/cmd_run.cpp, cmd_generate.cpp and cmd_export.cpp.
+// (tools/torch_entry.cpp); its commands are tools/cmd_{run,generate,export,eval}.cpp.
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -64,7 +64,8 @@ PIPELINE_COMMAND({"run", "train as the config's graph of stages says",
 PIPELINE_COMMAND({"generate", "print a continuation of a prompt from a checkpoint",
                   "usage: pipeline generate [--checkpoint] PATH [--prompt TEXT] [--tokens N] [--temperature T]\n"
                   "                                    [--top-k K] [--seed S]\n\n"
-                  "PATH is a .ckpt file or a run directory (its newest checkpoint). Defaults: 200 tokens,\n"
+                  "PATH is a .ckpt file, a run directory (its newest checkpoint) or a Hugging Face GPT-2\n"
+                  "directory (config.json + model.safetensors). Defaults: 200 tokens,\n"
                   "temperature 0.8 (0: greedy), top-k 40 (0: whole vocabulary), seed 1337.\n"
                   "Example: pipeline generate --checkpoint runs/quickstart-20261122-120000 --prompt 'ROMEO:'",
                   in_torch_half("generate")});
@@ -90,6 +91,41 @@ and `[model] init_from = "DIR"` fine-tunes from it here.
 )";
 
 PIPELINE_COMMAND({"export", "write a checkpoint as a Hugging Face transformers GPT-2 directory", kExportUsage, in_torch_half("export")});
+
+const char* kEvalUsage = R"(usage: pipeline eval MODEL --hellaswag FILE [--items N] [--predictions OUT]
+       pipeline eval MODEL --val DATASET [--split S] [--seq-len T] [--batch-size B]
+       (both at once, too; and [--dtype fp32|bf16] [--device auto|cpu|cuda])
+
+MODEL is a .ckpt file, a run directory (its newest checkpoint) or a Hugging Face GPT-2 directory
+(config.json + model.safetensors: from `pipeline export`, save_pretrained or the Hub).
+
+--hellaswag FILE   HellaSwag accuracy on FILE, the official hellaswag_val.jsonl (one object per
+                   line with ctx, endings and label), scored as GPT-2 reproductions score it
+                   (build-nanogpt, llm.c): each ending tokenized with a leading space after the
+                   context; acc_norm picks the ending with the lowest mean cross-entropy, acc the
+                   lowest sum; a sequence longer than the model's context loses its first tokens,
+                   never the ending's. Prints one line:
+                     hellaswag acc_norm A acc B n N
+  --items N        the first N items only (0: all)
+  --predictions OUT  writes acc_norm's predicted ending (0-3) of each item, one a line, in file order
+--val DATASET      the validation loss over every whole window of the split (a prepared dataset,
+                   llm.c shards, or a held-out Parquet source), tokenized as training does. Prints:
+                     val loss L tokens N
+  --split S        the split (default val)
+  --seq-len T      tokens per window (default: the model's context)
+  --batch-size B   windows per forward pass (default 8)
+--dtype D          fp32 (default) or bf16 (autocast)
+--device D         auto (default: CUDA when present), cpu or cuda
+Timings go to stderr. See docs/eval.md.
+
+Examples:
+  pipeline eval runs/gpt2-20261122-120000 --hellaswag hellaswag_val.jsonl
+  pipeline eval gpt2-hf --hellaswag hellaswag_val.jsonl --items 1000 --predictions preds.txt
+  pipeline eval runs/quickstart-20261122-120000 --val datasets/data/tinyshakespeare/text
+)";
+
+PIPELINE_COMMAND({"eval", "HellaSwag accuracy and the validation loss of a checkpoint or a Hugging Face model", kEvalUsage,
+                  in_torch_half("eval")});
 
 }  // namespace
 }  // namespace pipeline::cli
