@@ -132,9 +132,9 @@ void Admission::push(Packet&& p) {
   poke();
 }
 
-tbb::detail::d1::graph_task* Admission::try_put_task(const Packet& p) {
+flow_internal::graph_task* Admission::try_put_task(const Packet& p) {
   push(Packet(p));
-  return tbb::detail::d1::SUCCESSFULLY_ENQUEUED;  // never rejected: the producer's put is done
+  return flow_internal::SUCCESSFULLY_ENQUEUED;  // never rejected: the producer's put is done
 }
 
 // A poke that finds nothing to admit returns at once, without touching `pokes_` (the line every

@@ -14,6 +14,7 @@
 
 #include <oneapi/tbb/flow_graph.h>
 #include <oneapi/tbb/spin_mutex.h>
+#include <oneapi/tbb/version.h>
 
 #include <algorithm>
 #include <array>
@@ -35,6 +36,16 @@
 namespace pipeline::graph {
 
 namespace flow = tbb::flow;
+
+// The namespace of the flow graph's internals that a receiver's try_put_task names (graph_task,
+// SUCCESSFULLY_ENQUEUED): oneTBB 2022.0 moved them from tbb::detail::d1 to d2 (2021.5 to 2021.13
+// have d1; 2022.0 to 2023.0 have d2). CMakeLists.txt refuses a oneTBB older than 2021.5, and
+// tools/check_onetbb.sh builds the engine and its tests against 2022.
+#if TBB_VERSION_MAJOR >= 2022
+namespace flow_internal = tbb::detail::d2;
+#else
+namespace flow_internal = tbb::detail::d1;
+#endif
 
 inline int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -174,7 +185,7 @@ class Admission final : public flow::receiver<Packet> {
   void close();
 
  protected:
-  tbb::detail::d1::graph_task* try_put_task(const Packet& p) override;
+  flow_internal::graph_task* try_put_task(const Packet& p) override;
   flow::graph& graph_reference() const override { return *graph_; }
 
  private:

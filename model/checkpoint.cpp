@@ -209,7 +209,10 @@ void restore(const CheckpointState& state, GPT& model, AdamW* optimizer, bool re
   state.wait();
   load_parameters(model, state.model);
   if (optimizer && !state.optimizer.empty()) optimizer->load_state(state.optimizer);
-  if (!restore_rng) return;
+  if (restore_rng) model::restore_rng(state);
+}
+
+void restore_rng(const CheckpointState& state) {
   if (state.rng_cpu.defined()) {
     auto gen = at::globalContext().defaultGenerator(torch::kCPU);
     std::lock_guard<std::mutex> lock(gen.mutex());

@@ -72,8 +72,12 @@ void write_checkpoint(const std::string& path, const CheckpointState& state);
 CheckpointState read_checkpoint(const std::string& path);
 
 /// Puts a checkpoint back: weights into model, state into optimizer (if both are non-null/non-
-/// empty) and, when restore_rng, the CPU and CUDA generator states.
+/// empty) and, when restore_rng, the CPU and CUDA generator states (restore_rng below).
 void restore(const CheckpointState& state, GPT& model, AdamW* optimizer, bool restore_rng = true);
+
+/// Sets the process's default CPU and CUDA generators to the states the checkpoint holds (the
+/// run layer does this before the engine starts; runner/run_setup.cpp).
+void restore_rng(const CheckpointState& state);
 
 /// snapshot() + write_checkpoint() on the calling thread.
 void save_checkpoint(const std::string& path, GPT& model, const AdamW* optimizer, int64_t step,

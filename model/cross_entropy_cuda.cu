@@ -2,10 +2,16 @@
 //
 // Forward reads a row once, keeping a running (max, sum of exp) per thread (the online softmax),
 // merges those across the block, and writes the row's log-sum-exp and its loss. Backward reads
-// the row again and writes (softmax - onehot) * grad_out / N straight into the gradient, zero in
-// the padded columns. Every value is computed in fp32; the logits are read 16 bytes at a time
-// where the rows are aligned for it. Nothing here allocates, syncs or touches the host, so both
-// kernels can be captured into CUDA graphs.
+// the row again and writes (softmax - onehot) * scale straight into the gradient, zero in the
+// padded columns. Every value is computed in fp32; the logits are read 16 bytes at a time where
+// the rows are aligned for it. Nothing here allocates, syncs or touches the host, so both kernels
+// can be captured into CUDA graphs.
+//
+// NaN propagates: a NaN logit makes its row's log-sum-exp, loss and every gradient of the row
+// NaN (fmaxf alone would drop it from the maximum, and a pack whose maximum came out -inf would
+// be left out of the sum: a finite loss over NaN gradients). A row whose target is outside
+// [0, vocab) is ignored, as PyTorch's ignore_index: loss 0, gradient 0, and the caller leaves it
+// out of the mean (gpt2.cpp counts the rows it keeps).
 #include "model/cross_entropy_cuda.h"
 
 #include <cuda_bf16.h>
@@ -14,6 +20,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace pipeline::model::cuda_loss {
 
@@ -34,10 +41,14 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <class T>
 constexpr int kPack = 16 / static_cast<int>(sizeof(T));
 
+// The larger of a and b, or NaN when either is (fmaxf returns the other operand).
+__device__ __forceinline__ float max_nan(float a, float b) { return (a != a || b != b) ? CUDART_NAN_F : fmaxf(a, b); }
+
 // (m, s) summarizes values x_i as m = max x_i, s = sum exp(x_i - m). Merging two summaries
-// rescales both sums to the larger maximum. Two empty summaries (m = -inf) stay empty.
+// rescales both sums to the larger maximum. Two empty summaries (m = -inf) stay empty; a NaN in
+// either makes both NaN.
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-  const float mx = fmaxf(m, m2);
+  const float mx = max_nan(m, m2);
   if (mx == -CUDART_INF_F) return;
   s = s * __expf(m - mx) + s2 * __expf(m2 - mx);
   m = mx;
@@ -77,10 +88,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < n; ++k) {
         x[k] = to_float(v[k]);
-        mx = fmaxf(mx, x[k]);
+        mx = max_nan(mx, x[k]);
       }
       float sum = 0.0f;
-      if (mx != -CUDART_INF_F) {
+      if (mx != -CUDART_INF_F) {  // NaN included: exp(x - NaN) is NaN
 #pragma unroll
         for (int k = 0; k < n; ++k) sum += __expf(x[k] - mx);
       }
@@ -97,22 +108,23 @@ __global__ void __launch_bounds__(kThreads)
     const float l = m + logf(s);
     lse[r] = l;
     const int64_t t = targets[r];
-    row_loss[r] = t >= 0 && t < vocab ? l - to_float(row[t]) : CUDART_NAN_F;  // a bad id: NaN, never a read outside
+    row_loss[r] = t >= 0 && t < vocab ? l - to_float(row[t]) : 0.0f;  // ignored: no loss, never a read outside
   }
 }
 
 template <class T, bool kVector>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* __restrict__ logits, int64_t row_stride, const int64_t* __restrict__ targets,
-                    const float* __restrict__ lse, const float* __restrict__ grad_out, float inv_rows, int64_t vocab,
+                    const float* __restrict__ lse, const float* __restrict__ scale_in, int64_t vocab,
                     int64_t padded, T* __restrict__ grad) {
   const int64_t r = blockIdx.x;
   const T* row = logits + r * row_stride;
   T* out = grad + r * padded;
-  const float scale = grad_out[0] * inv_rows, l = lse[r];
   const int64_t t = targets[r];
+  const bool kept = t >= 0 && t < vocab;  // an ignored row: gradient 0
+  const float scale = scale_in[0], l = lse[r];
   auto value = [&](int64_t c, float x) {
-    if (c >= vocab) return 0.0f;  // padded columns never take probability mass
+    if (c >= vocab || !kept) return 0.0f;  // padded columns never take probability mass
     return (__expf(x - l) - (c == t ? 1.0f : 0.0f)) * scale;
   };
   int64_t tail = 0;
@@ -135,9 +147,27 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t c = tail + threadIdx.x; c < padded; c += blockDim.x) out[c] = from_float<T>(value(c, to_float(row[c])));
 }
 
-void check_launch(const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cross-entropy kernel (") + what + "): " + cudaGetErrorString(e));
+// Launches `kernel` and throws if this launch failed. The launch's own status, not
+// cudaGetLastError: that would take (and clear) an error an earlier, unrelated call left pending
+// and blame this kernel for it. An earlier pending error is left for its owner; this launch's
+// error, if any, is cleared only when it is the one pending, so it is not reported twice.
+template <class... Params, class... Args>
+void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
+  static_assert(sizeof...(Params) == sizeof...(Args), "one argument per kernel parameter");
+  std::tuple<Params...> values(args...);  // each as the kernel's parameter type, as <<<>>> converts it
+  void* argv[sizeof...(Params)];
+  std::apply([&](auto&... v) {
+    int i = 0;
+    ((argv[i++] = static_cast<void*>(&v)), ...);
+  }, values);
+  const cudaError_t earlier = cudaPeekAtLastError();
+  const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, argv, 0, stream);
+  if (e == cudaSuccess) return;
+  if (earlier == cudaSuccess) (void)cudaGetLastError();
+  throw std::runtime_error(std::string("cross-entropy kernel (") + what + "): " + cudaGetErrorString(e) +
+                           (earlier != cudaSuccess ? std::string(" (an earlier CUDA error was pending: ") +
+                                                         cudaGetErrorString(earlier) + ")"
+                                                   : std::string()));
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -147,28 +177,19 @@ void forward_as(const Rows& rows, float* lse, float* row_loss, cudaStream_t stre
   const auto* logits = static_cast<const T*>(rows.logits);
   const bool vector = aligned16(logits) && (rows.row_stride * sizeof(T)) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(rows.rows)), block(kThreads);
-  if (vector)
-    forward_kernel<T, true><<<grid, block, 0, stream>>>(logits, rows.row_stride, rows.targets, rows.vocab, lse, row_loss);
-  else
-    forward_kernel<T, false><<<grid, block, 0, stream>>>(logits, rows.row_stride, rows.targets, rows.vocab, lse, row_loss);
-  check_launch("forward");
+  launch("forward", vector ? forward_kernel<T, true> : forward_kernel<T, false>, grid, block, stream, logits,
+         rows.row_stride, rows.targets, rows.vocab, lse, row_loss);
 }
 
 template <class T>
-void backward_as(const Rows& rows, const float* lse, const float* grad_out, float inv_rows, void* grad_out_rows,
-                 cudaStream_t stream) {
+void backward_as(const Rows& rows, const float* lse, const float* scale, void* grad_out_rows, cudaStream_t stream) {
   const auto* logits = static_cast<const T*>(rows.logits);
   auto* grad = static_cast<T*>(grad_out_rows);
   const bool vector = aligned16(logits) && aligned16(grad) && (rows.row_stride * sizeof(T)) % 16 == 0 &&
                       (rows.padded * sizeof(T)) % 16 == 0;
   const dim3 grid(static_cast<unsigned>(rows.rows)), block(kThreads);
-  if (vector)
-    backward_kernel<T, true><<<grid, block, 0, stream>>>(logits, rows.row_stride, rows.targets, lse, grad_out, inv_rows,
-                                                         rows.vocab, rows.padded, grad);
-  else
-    backward_kernel<T, false><<<grid, block, 0, stream>>>(logits, rows.row_stride, rows.targets, lse, grad_out, inv_rows,
-                                                          rows.vocab, rows.padded, grad);
-  check_launch("backward");
+  launch("backward", vector ? backward_kernel<T, true> : backward_kernel<T, false>, grid, block, stream, logits,
+         rows.row_stride, rows.targets, lse, scale, rows.vocab, rows.padded, grad);
 }
 
 void check_rows(const Rows& rows) {
@@ -186,10 +207,21 @@ void forward(const Rows& rows, float* lse, float* row_loss, CUstream_st* stream)
   else forward_as<float>(rows, lse, row_loss, stream);
 }
 
-void backward(const Rows& rows, const float* lse, const float* grad_out, float inv_rows, void* grad, CUstream_st* stream) {
+void backward(const Rows& rows, const float* lse, const float* scale, void* grad, CUstream_st* stream) {
   check_rows(rows);
-  if (rows.bf16) backward_as<__nv_bfloat16>(rows, lse, grad_out, inv_rows, grad, stream);
-  else backward_as<float>(rows, lse, grad_out, inv_rows, grad, stream);
+  if (rows.bf16) backward_as<__nv_bfloat16>(rows, lse, scale, grad, stream);
+  else backward_as<float>(rows, lse, scale, grad, stream);
+}
+
+bool has_image_for_current_device() {
+  // Every instantiation is in the same fat binary: one answers for all. A device the binary has
+  // no code for (neither its SASS nor PTX it can compile) answers cudaErrorNoKernelImageForDevice
+  // (or cudaErrorInvalidDeviceFunction); this query launches nothing and leaves no error pending.
+  const cudaError_t earlier = cudaPeekAtLastError();
+  cudaFuncAttributes attributes;
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, forward_kernel<float, false>);
+  if (e != cudaSuccess && earlier == cudaSuccess) (void)cudaGetLastError();
+  return e == cudaSuccess;
 }
 
 }  // namespace pipeline::model::cuda_loss

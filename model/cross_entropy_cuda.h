@@ -23,14 +23,21 @@ struct Rows {
   const int64_t* targets = nullptr;
 };
 
-/// Per row: lse = log sum exp over the real vocabulary, row_loss = lse - logit[target] (NaN for
-/// an id outside the vocabulary). Enqueued on `stream`; throws if the launch fails.
+/// Per row: lse = log sum exp over the real vocabulary, row_loss = lse - logit[target], or 0 for
+/// a target outside [0, vocab) (ignored, as PyTorch's ignore_index). A NaN logit makes its row's
+/// lse and loss NaN. Enqueued on `stream`; throws if this launch fails (an error some earlier
+/// call left pending is neither reported nor cleared).
 void forward(const Rows& rows, float* lse, float* row_loss, CUstream_st* stream);
 
-/// grad (rows x padded, contiguous, the logits' dtype) = (softmax - onehot(target)) *
-/// grad_out[0] * inv_rows over the real vocabulary and 0 in the padded columns. grad_out is one
-/// fp32 on the device (the loss's incoming gradient, read by the kernel: no host sync).
-void backward(const Rows& rows, const float* lse, const float* grad_out, float inv_rows, void* grad,
-              CUstream_st* stream);
+/// grad (rows x padded, contiguous, the logits' dtype) = (softmax - onehot(target)) * scale[0]
+/// over the real vocabulary, 0 in the padded columns and in the rows of ignored targets.
+/// scale is one fp32 on the device (the loss's incoming gradient over the rows counted, read by
+/// the kernel: no host sync). A row whose lse is NaN gets NaN gradients.
+void backward(const Rows& rows, const float* lse, const float* scale, void* grad, CUstream_st* stream);
+
+/// Whether the kernels have code the current CUDA device can run (SASS for its architecture, or
+/// PTX it can compile). A build for sm_80 and up has none for a T4 (sm_75): the caller then takes
+/// the chunked path (loss_path.h). Launches nothing; no error is left pending.
+bool has_image_for_current_device();
 
 }  // namespace pipeline::model::cuda_loss

@@ -8,6 +8,7 @@
 #include <utility>
 
 #ifdef PIPELINE_HAVE_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
@@ -86,6 +87,11 @@ void use_device(c10::Device device) {
   if (device.is_cuda()) c10::cuda::set_device(device.index());
 }
 
+std::string device_name(c10::Device device) {
+  if (!device.is_cuda()) return "";
+  return at::cuda::getDeviceProperties(device.index() < 0 ? c10::cuda::current_device() : device.index())->name;
+}
+
 void after_stream_work(c10::Stream stream, std::function<void()> fn) {
   if (stream.device_type() != c10::DeviceType::CUDA) {
     try {
@@ -117,6 +123,7 @@ c10::Stream current_stream(c10::Device) { return c10::Stream(c10::Stream::DEFAUL
 void use_device(c10::Device device) {
   if (device.is_cuda()) throw std::invalid_argument("use_device: this build has no CUDA");
 }
+std::string device_name(c10::Device) { return ""; }
 void after_stream_work(c10::Stream, std::function<void()> fn) {
   try {
     fn();

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 namespace pipeline::model {
 
@@ -67,6 +68,9 @@ c10::Stream current_stream(c10::Device device);
 /// event, allocates pinned memory, launches work) calls this first, or a rank bound to GPU k
 /// creates a context of its own on GPU 0 (about 500 MB each).
 void use_device(c10::Device device);
+
+/// The device's name as CUDA reports it ("NVIDIA H100 80GB HBM3"); "" for the CPU.
+std::string device_name(c10::Device device);
 
 /// Calls `fn` on a host thread once the work enqueued so far on `stream` has completed
 /// (cudaLaunchHostFunc); on a CPU stream, calls it now. `fn` runs on a CUDA driver thread and

@@ -51,9 +51,11 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& cfg)
   resid_dropout = register_module("resid_dropout", torch::nn::Dropout(cfg.dropout));
 }
 
-torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2), hd = C / n_head_;
-  auto qkv = linear(c_attn, x).split(n_embd_, /*dim=*/2);  // 3 x (B, T, C)
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) { return attend(linear(c_attn, x)); }
+
+torch::Tensor CausalSelfAttentionImpl::attend(const torch::Tensor& qkv_joined) {
+  const int64_t B = qkv_joined.size(0), T = qkv_joined.size(1), C = n_embd_, hd = C / n_head_;
+  auto qkv = qkv_joined.split(n_embd_, /*dim=*/2);  // 3 x (B, T, C)
   auto q = qkv[0].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
   auto k = qkv[1].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
   auto v = qkv[2].view({B, T, n_head_, hd}).transpose(1, 2);  // (B, H, T, hd)
@@ -100,7 +102,11 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return dropout(linear(c_proj, hidden));  // (B, T, C)
 }
 
-BlockImpl::BlockImpl(const GPTConfig& cfg) {
+torch::Tensor MLPImpl::project_recomputed(const torch::Tensor& u) {
+  return dropout(gelu_linear(u, c_proj->weight, c_proj->bias));  // (B, T, C)
+}
+
+BlockImpl::BlockImpl(const GPTConfig& cfg) : dropout_(cfg.dropout > 0) {
   ln_1 = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
   attn = register_module("attn", CausalSelfAttention(cfg));
   ln_2 = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
@@ -108,8 +114,26 @@ BlockImpl::BlockImpl(const GPTConfig& cfg) {
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
-  auto y = x + attn(ln_1(x));
-  return y + mlp(ln_2(y));
+  const bool recording = is_training() && torch::GradMode::is_enabled();
+  if (recording && recompute == Recompute::block) {
+    // Only x is kept; backward runs forward_layers again. With dropout the masks must be the
+    // forward's: the generators' states are saved and put back around the recomputation.
+    std::vector<torch::Tensor> params;
+    for (const auto& p : parameters())
+      if (p.requires_grad()) params.push_back(p);
+    return checkpoint([this](const torch::Tensor& in) { return forward_layers(in, false); }, x, params, dropout_);
+  }
+  return forward_layers(x, recording && recompute == Recompute::mlp);
+}
+
+torch::Tensor BlockImpl::forward_layers(const torch::Tensor& x, bool recompute_mlp) {
+  if (!recompute_mlp) {
+    auto y = x + attn(ln_1(x));
+    return y + mlp(ln_2(y));
+  }
+  // llm.c's recompute: the LayerNorms' outputs and the GELU's are computed again in backward.
+  auto y = x + attn->attend(layer_norm_linear(x, ln_1->weight, ln_1->bias, attn->c_attn->weight, attn->c_attn->bias));
+  return y + mlp->project_recomputed(layer_norm_linear(y, ln_2->weight, ln_2->bias, mlp->c_fc->weight, mlp->c_fc->bias));
 }
 
 torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos, int64_t capacity) {
@@ -119,15 +143,49 @@ torch::Tensor BlockImpl::forward_cached(const torch::Tensor& x, KVCache::Layer& 
 
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// LibTorch's module constructors (Linear, Embedding) initialise their weights from the default
+// CPU generator, which init_weights then overwrites from a private one. This puts the default
+// generator back as it was, so that building a model (eval's, train's, whenever a stage builds
+// it) never moves the stream dropout draws its masks from: a resumed run, whose generators the
+// run layer restored before any stage was built, goes on with the masks it would have drawn.
+class KeepCpuGenerator {
+ public:
+  KeepCpuGenerator() : gen_(at::globalContext().defaultGenerator(torch::kCPU)) {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    state_ = gen_.get_state();
+  }
+  ~KeepCpuGenerator() {
+    std::lock_guard<std::mutex> lock(gen_.mutex());
+    gen_.set_state(state_);
+  }
+  KeepCpuGenerator(const KeepCpuGenerator&) = delete;
+  KeepCpuGenerator& operator=(const KeepCpuGenerator&) = delete;
+
+ private:
+  at::Generator gen_;
+  torch::Tensor state_;
+};
+
+}  // namespace
+
 GPTImpl::GPTImpl(GPTConfig cfg, uint64_t seed) : cfg_(cfg) {
   cfg_.validate();
-  wte = register_module("wte", torch::nn::Embedding(cfg_.padded_vocab_size, cfg_.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(cfg_.block_size, cfg_.n_embd));
-  drop = register_module("drop", torch::nn::Dropout(cfg_.dropout));
-  h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < cfg_.n_layer; ++i) h->push_back(Block(cfg_));
-  ln_f = register_module("ln_f", LayerNorm(cfg_.n_embd, cfg_.bias));
+  {
+    const KeepCpuGenerator keep;
+    wte = register_module("wte", torch::nn::Embedding(cfg_.padded_vocab_size, cfg_.n_embd));
+    wpe = register_module("wpe", torch::nn::Embedding(cfg_.block_size, cfg_.n_embd));
+    drop = register_module("drop", torch::nn::Dropout(cfg_.dropout));
+    h = register_module("h", torch::nn::ModuleList());
+    for (int64_t i = 0; i < cfg_.n_layer; ++i) h->push_back(Block(cfg_));
+    ln_f = register_module("ln_f", LayerNorm(cfg_.n_embd, cfg_.bias));
+  }
   init_weights(seed);
+}
+
+void GPTImpl::set_recompute(Recompute r) {
+  for (const auto& block : *h) block->as<Block>()->recompute = r;
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx) {
@@ -198,28 +256,39 @@ int64_t default_chunk_rows(const torch::Tensor& logits, int64_t vocab) {
   return std::max<int64_t>(1, bytes / (vocab * static_cast<int64_t>(sizeof(float))));
 }
 
-// Sum over rows of -log softmax(logits[r, :vocab])[targets[r]], fp32 (0-dim), and, when `grad`
-// is defined ((N, Vp), the logits' dtype), softmax - onehot into its first `vocab` columns.
-torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
-                                int64_t chunk_rows, const torch::Tensor& grad) {
+// The rows whose target counts: ids in [0, vocab). The others are ignored, as PyTorch's
+// ignore_index (-100) is: no loss, no gradient, and not counted in the mean. (N) bool.
+torch::Tensor kept_rows(const torch::Tensor& targets, int64_t vocab) { return (targets >= 0).logical_and_(targets < vocab); }
+
+// The mean's denominator: the rows kept, as a 0-dim fp32 on the targets' device (no host sync).
+// All rows ignored gives 0/0 = NaN, as PyTorch's mean over no targets does.
+torch::Tensor kept_count(const torch::Tensor& kept) { return kept.sum().to(torch::kFloat); }
+
+// Sum over kept rows of -log softmax(logits[r, :vocab])[targets[r]], fp32 (0-dim), and, when
+// `grad` is defined ((N, Vp), the logits' dtype), softmax - onehot into its first `vocab`
+// columns (zero in ignored rows). A NaN logit makes its row's terms NaN (log_softmax keeps it).
+torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& kept,
+                                int64_t vocab, int64_t chunk_rows, const torch::Tensor& grad) {
   const int64_t N = logits.size(0);
   auto loss = torch::zeros({}, logits.options().dtype(torch::kFloat));  // ()
   for (int64_t r0 = 0; r0 < N; r0 += chunk_rows) {
     const int64_t n = std::min(chunk_rows, N - r0);
     auto z = logits.narrow(0, r0, n).narrow(1, 0, vocab);        // (n, V) view, row stride Vp
-    auto t = targets.narrow(0, r0, n).unsqueeze(1);              // (n, 1)
+    auto ignored = kept.narrow(0, r0, n).logical_not().unsqueeze(1);  // (n, 1)
+    auto t = targets.narrow(0, r0, n).unsqueeze(1).masked_fill(ignored, 0);  // (n, 1), a valid index everywhere
     auto lsm = at::log_softmax(z, 1, torch::kFloat);             // (n, V) fp32, chunk-sized
-    loss.sub_(lsm.gather(1, t).sum());
+    loss.sub_(lsm.gather(1, t).masked_fill_(ignored, 0.0).sum());
     if (!grad.defined()) continue;
     auto p = lsm.exp_();                                         // (n, V) softmax, in place
     p.scatter_(1, t, p.gather(1, t) - 1.0);                      // - onehot(target)
+    p.masked_fill_(ignored, 0.0);                                // ignored rows: no gradient
     grad.narrow(0, r0, n).narrow(1, 0, vocab).copy_(p);          // into the logits' dtype
   }
   return loss;
 }
 
 // Autograd for the mean loss: the gradient was computed in forward; backward scales it by the
-// incoming gradient over N, in place (it is this node's own buffer, used once).
+// incoming gradient over the rows counted, in place (it is this node's own buffer, used once).
 class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealVocab> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
@@ -227,10 +296,12 @@ class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealV
     const int64_t N = logits.size(0), Vp = logits.size(1);
     auto grad = torch::empty({N, Vp}, logits.options());  // (N, Vp), the logits' dtype
     if (Vp > vocab) grad.narrow(1, vocab, Vp - vocab).zero_();
-    auto loss = cross_entropy_sum(logits, targets, vocab, chunk_rows, grad);
+    const auto kept = kept_rows(targets, vocab);
+    auto count = kept_count(kept);  // ()
+    auto loss = cross_entropy_sum(logits, targets, kept, vocab, chunk_rows, grad);
     ctx->saved_data["grad"] = grad;
-    ctx->saved_data["n"] = N;
-    return loss / static_cast<double>(N);  // ()
+    ctx->saved_data["count"] = count;
+    return loss / count;  // ()
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -240,8 +311,9 @@ class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealV
                 "GPT::loss: backward ran twice through one loss (retain_graph is not supported by the fused loss)");
     auto grad = it->second.toTensor();
     ctx->saved_data.erase(it);
-    const auto N = ctx->saved_data["n"].toInt();
-    grad.mul_(grad_out[0] / static_cast<double>(N));  // a 0-dim tensor: no host sync
+    // No row counted: every row's gradient is zero already (and stays zero, not 0 * inf).
+    const auto count = ctx->saved_data["count"].toTensor().clamp_min(1.0);
+    grad.mul_(grad_out[0] / count);  // 0-dim tensors: no host sync
     return {grad, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
@@ -262,23 +334,26 @@ cuda_loss::Rows rows_of(const torch::Tensor& logits, const torch::Tensor& target
   return rows;
 }
 
-torch::Tensor fused_forward(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, torch::Tensor& lse) {
+// Returns the mean loss; `lse` gets each row's log-sum-exp and `count` the rows counted.
+torch::Tensor fused_forward(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, torch::Tensor& lse,
+                            torch::Tensor& count) {
   const c10::cuda::CUDAGuard device(logits.device());
   const auto f32 = logits.options().dtype(torch::kFloat);
   lse = torch::empty({logits.size(0)}, f32);
   auto row_loss = torch::empty({logits.size(0)}, f32);
   cuda_loss::forward(rows_of(logits, targets, vocab), lse.data_ptr<float>(), row_loss.data_ptr<float>(),
                      c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
-  return row_loss.sum() / static_cast<double>(logits.size(0));  // ()
+  count = kept_count(kept_rows(targets, vocab));
+  return row_loss.sum() / count;  // ()
 }
 
 class CrossEntropyFusedCuda : public torch::autograd::Function<CrossEntropyFusedCuda> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
                                const torch::Tensor& targets, int64_t vocab) {
-    torch::Tensor lse;
-    auto loss = fused_forward(logits, targets, vocab, lse);
-    ctx->save_for_backward({logits, targets, lse});
+    torch::Tensor lse, count;
+    auto loss = fused_forward(logits, targets, vocab, lse, count);
+    ctx->save_for_backward({logits, targets, lse, count});
     ctx->saved_data["vocab"] = vocab;
     return loss;
   }
@@ -288,15 +363,61 @@ class CrossEntropyFusedCuda : public torch::autograd::Function<CrossEntropyFused
     const auto saved = ctx->get_saved_variables();
     const auto& logits = saved[0];
     const c10::cuda::CUDAGuard device(logits.device());
-    auto incoming = grad_out[0].to(torch::kFloat).contiguous();  // 0-dim, on the device
+    auto scale = (grad_out[0].to(torch::kFloat) / saved[3].clamp_min(1.0)).contiguous();  // 0-dim, on the device
     auto grad = torch::empty({logits.size(0), logits.size(1)}, logits.options());  // (N, Vp), contiguous
     cuda_loss::backward(rows_of(logits, saved[1], ctx->saved_data["vocab"].toInt()), saved[2].data_ptr<float>(),
-                        incoming.data_ptr<float>(), 1.0f / static_cast<float>(logits.size(0)), grad.data_ptr(),
+                        scale.data_ptr<float>(), grad.data_ptr(),
                         c10::cuda::getCurrentCUDAStream(logits.device().index()).stream());
     return {grad, torch::Tensor(), torch::Tensor()};
   }
 };
 #endif
+
+// Whether the fused kernels can run on `device` (the build has them and an image for it).
+bool fused_image_for(torch::Device device) {
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+  if (!device.is_cuda()) return false;
+  const c10::cuda::CUDAGuard guard(device);
+  return cuda_loss::has_image_for_current_device();
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+LossPath choose_for(torch::Device device, torch::ScalarType dtype, int64_t chunk_rows, bool image) {
+  return choose_loss_path({.fused_built = fused_cross_entropy_built(),
+                           .on_cuda = device.is_cuda(),
+                           .dtype_supported = dtype == torch::kBFloat16 || dtype == torch::kFloat,
+                           .chunk_rows = chunk_rows,
+                           .image_for_device = image});
+}
+
+torch::Tensor cross_entropy_as(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                               int64_t chunk_rows, bool fused) {
+  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+              "cross_entropy_real_vocab: expected logits (N, Vp) and targets (N), got ", logits.sizes(), " and ",
+              targets.sizes());
+  TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "cross_entropy_real_vocab: vocab ", vocab, " outside [1, ",
+              logits.size(1), "]");
+#ifdef PIPELINE_HAVE_CUDA_LOSS
+  if (fused) {
+    auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();  // rows may be strided, columns not
+    auto ids = targets.to(logits.device(), torch::kLong).contiguous();
+    if (torch::GradMode::is_enabled() && logits.requires_grad()) return CrossEntropyFusedCuda::apply(rows, ids, vocab);
+    torch::Tensor lse, count;
+    return fused_forward(rows, ids, vocab, lse, count);
+  }
+#else
+  (void)fused;
+#endif
+  if (chunk_rows <= 0) chunk_rows = default_chunk_rows(logits, vocab);
+  auto ids = targets.to(logits.device(), torch::kLong);
+  if (torch::GradMode::is_enabled() && logits.requires_grad())
+    return CrossEntropyRealVocab::apply(logits, ids, vocab, chunk_rows);
+  const auto kept = kept_rows(ids, vocab);
+  return cross_entropy_sum(logits, ids, kept, vocab, chunk_rows, torch::Tensor()) / kept_count(kept);
+}
 
 }  // namespace
 
@@ -308,28 +429,24 @@ bool fused_cross_entropy_built() {
 #endif
 }
 
+LossPath cross_entropy_path(torch::Device device, torch::ScalarType dtype, int64_t chunk_rows) {
+  return choose_for(device, dtype, chunk_rows, fused_image_for(device));
+}
+
 torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
                                        int64_t chunk_rows) {
-  TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
-              "cross_entropy_real_vocab: expected logits (N, Vp) and targets (N), got ", logits.sizes(), " and ",
-              targets.sizes());
-  TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "cross_entropy_real_vocab: vocab ", vocab, " outside [1, ",
-              logits.size(1), "]");
-#ifdef PIPELINE_HAVE_CUDA_LOSS
-  const auto dtype = logits.scalar_type();
-  if (chunk_rows <= 0 && logits.is_cuda() && (dtype == torch::kBFloat16 || dtype == torch::kFloat)) {
-    auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();  // rows may be strided, columns not
-    auto ids = targets.to(logits.device(), torch::kLong).contiguous();
-    if (torch::GradMode::is_enabled() && logits.requires_grad()) return CrossEntropyFusedCuda::apply(rows, ids, vocab);
-    torch::Tensor lse;
-    return fused_forward(rows, ids, vocab, lse);
+  return cross_entropy_as(logits, targets, vocab, chunk_rows,
+                          cross_entropy_path(logits.device(), logits.scalar_type(), chunk_rows).fused);
+}
+
+LossPath GPTImpl::loss_path(torch::Device device, torch::ScalarType dtype) const {
+  // Whether the kernels have an image for the device is a fact of the device: asked once per
+  // device this model runs on, not at every step (and never inside a CUDA graph's capture).
+  if (device.is_cuda() && image_device_ != device.index()) {
+    image_ = fused_image_for(device);
+    image_device_ = device.index();
   }
-#endif
-  if (chunk_rows <= 0) chunk_rows = default_chunk_rows(logits, vocab);
-  auto ids = targets.to(torch::kLong);
-  if (torch::GradMode::is_enabled() && logits.requires_grad())
-    return CrossEntropyRealVocab::apply(logits, ids, vocab, chunk_rows);
-  return cross_entropy_sum(logits, ids, vocab, chunk_rows, torch::Tensor()) / static_cast<double>(logits.size(0));
+  return choose_for(device, dtype, 0, device.is_cuda() && image_);
 }
 
 torch::Tensor GPTImpl::loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
@@ -338,8 +455,8 @@ torch::Tensor GPTImpl::loss(const torch::Tensor& logits, const torch::Tensor& ta
   TORCH_CHECK(targets.sizes() == logits.sizes().slice(0, 2), "GPT::loss: targets ", targets.sizes(),
               " do not match logits ", logits.sizes());
   // (B, T, Vp) -> (B*T, Vp) is a view of the contiguous logits.
-  return cross_entropy_real_vocab(logits.reshape({-1, cfg_.padded_vocab_size}), targets.reshape({-1}),
-                                  cfg_.vocab_size);
+  return cross_entropy_as(logits.reshape({-1, cfg_.padded_vocab_size}), targets.reshape({-1}), cfg_.vocab_size, 0,
+                          loss_path(logits.device(), logits.scalar_type()).fused);
 }
 
 void GPTImpl::init_weights(uint64_t seed) {

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "model/gpt_config.h"
+#include "model/loss_path.h"
+#include "model/recompute.h"
 
 namespace pipeline::model {
 
@@ -43,6 +45,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
   explicit CausalSelfAttentionImpl(const GPTConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// The rest of forward once c_attn has run: qkv (B, T, 3C) -> (B, T, C).
+  torch::Tensor attend(const torch::Tensor& qkv);
   /// x (B, t, C) holds positions [pos, pos + t); their keys and values go into `cache` and the
   /// queries attend to [0, pos + t). t > 1 only at pos == 0 (the prompt).
   torch::Tensor forward_cached(const torch::Tensor& x, KVCache::Layer& cache, int64_t pos, int64_t capacity);
@@ -58,13 +62,17 @@ class MLPImpl : public torch::nn::Module {
  public:
   explicit MLPImpl(const GPTConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  /// The rest of forward once c_fc has run, its GELU recomputed in backward (recompute.h):
+  /// u (B, T, 4C) -> (B, T, C).
+  torch::Tensor project_recomputed(const torch::Tensor& u);
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
  private:
   torch::nn::Dropout dropout{nullptr};
 };
 TORCH_MODULE(MLP);
 
-/// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+/// Pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)). While training
+/// with grad mode on, `recompute` says what its backward computes again (recompute.h).
 class BlockImpl : public torch::nn::Module {
  public:
   explicit BlockImpl(const GPTConfig& cfg);
@@ -73,6 +81,11 @@ class BlockImpl : public torch::nn::Module {
   LayerNorm ln_1{nullptr}, ln_2{nullptr};
   CausalSelfAttention attn{nullptr};
   MLP mlp{nullptr};
+  Recompute recompute = Recompute::none;
+
+ private:
+  torch::Tensor forward_layers(const torch::Tensor& x, bool recompute_mlp);
+  bool dropout_ = false;
 };
 TORCH_MODULE(Block);
 
@@ -104,8 +117,14 @@ class GPTImpl : public torch::nn::Module {
   /// Mean cross-entropy of logits (B, T, padded_vocab) against targets (B, T) int64, over the
   /// real vocabulary only (softmax never sees the padded columns; their gradient is zero).
   /// Makes no (B*T, V) copy of the logits nor an fp32 one (cross_entropy_real_vocab). Returns a
-  /// 0-dim fp32 tensor on the logits' device; never syncs the host.
+  /// 0-dim fp32 tensor on the logits' device; never syncs the host. Targets outside
+  /// [0, vocab_size) are ignored (no loss, no gradient, not counted), as PyTorch's ignore_index.
   torch::Tensor loss(const torch::Tensor& logits, const torch::Tensor& targets) const;
+
+  /// Which cross-entropy loss() runs for logits of `dtype` on `device`, and why (the fused CUDA
+  /// kernels, or the chunked ATen path: on the CPU, without nvcc, or on a GPU the kernels have
+  /// no image for, such as a T4 under a build for sm_80 and up).
+  LossPath loss_path(torch::Device device, torch::ScalarType dtype) const;
 
   /// GPT-2 initialisation, reproducible for a seed whatever the device: normal(0, 0.02) for
   /// embeddings and Linear weights, c_proj weights scaled by 1/sqrt(2*n_layer), zero biases,
@@ -120,6 +139,10 @@ class GPTImpl : public torch::nn::Module {
 
   const GPTConfig& config() const { return cfg_; }
 
+  /// What backward computes again instead of keeping (recompute.h); none by default. The losses
+  /// and gradients are the same whatever it is.
+  void set_recompute(Recompute r);
+
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::ModuleList h{nullptr};
   LayerNorm ln_f{nullptr};
@@ -127,19 +150,29 @@ class GPTImpl : public torch::nn::Module {
  private:
   GPTConfig cfg_;
   torch::nn::Dropout drop{nullptr};
+  // loss_path's answer for the last CUDA device asked (-1: none yet).
+  mutable c10::DeviceIndex image_device_ = -1;
+  mutable bool image_ = false;
 };
 TORCH_MODULE(GPT);
 
 /// Mean cross-entropy over the first `vocab` columns of `logits` (N, Vp), any float dtype,
-/// against `targets` (N) ids < vocab; 0-dim fp32. Works through the rows `chunk_rows` at a time
+/// against `targets` (N) ids; 0-dim fp32. A target outside [0, vocab) is ignored, as PyTorch's
+/// ignore_index (-100) is: no loss, no gradient, not counted in the mean (all ignored: NaN, as
+/// PyTorch gives). A NaN logit makes the loss and its row's gradients NaN, on every path. Works
+/// through the rows `chunk_rows` at a time
 /// in fp32 (<= 0: about 4 MB of fp32 per chunk on the CPU, 256 MB on a GPU), and when the
 /// logits need a gradient computes it in the same pass into one (N, Vp) buffer of their dtype,
 /// which backward scales in place: no copy of the logits, sliced or widened, is ever whole.
 /// A backward through the result may run once (no retain_graph). On CUDA (fp32 or bf16 logits,
-/// a build with PIPELINE_HAVE_CUDA_LOSS) and chunk_rows <= 0 it runs as two fused kernels
-/// instead (cross_entropy_cuda.h); a positive chunk_rows keeps the chunked path there too.
+/// a build with PIPELINE_HAVE_CUDA_LOSS, a device the kernels have an image for) and
+/// chunk_rows <= 0 it runs as two fused kernels instead (cross_entropy_cuda.h); a positive
+/// chunk_rows keeps the chunked path there too. cross_entropy_path says which.
 torch::Tensor cross_entropy_real_vocab(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
                                        int64_t chunk_rows = 0);
+
+/// The path cross_entropy_real_vocab takes for logits of `dtype` on `device` (loss_path.h).
+LossPath cross_entropy_path(torch::Device device, torch::ScalarType dtype, int64_t chunk_rows = 0);
 
 /// Whether this build has the fused CUDA kernels that cross_entropy_real_vocab uses on CUDA.
 bool fused_cross_entropy_built();

@@ -90,7 +90,7 @@ int64_t GPTConfig::num_parameters() const {
 
 double GPTConfig::flops_per_token(int64_t T) const {
   return 6.0 * static_cast<double>(num_parameters()) +
-         6.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(T);
+         12.0 * static_cast<double>(n_layer) * static_cast<double>(n_embd) * static_cast<double>(T);
 }
 
 std::string GPTConfig::to_json() const {

@@ -47,7 +47,9 @@ struct GPTConfig {
   /// GPT(cfg)->num_parameters() without allocating anything.
   int64_t num_parameters() const;
 
-  /// Training FLOPs per token at context T: 6*N + 6*L*C*T (DESIGN.md's MFU formula).
+  /// Training FLOPs per token at context T by the PaLM formula (nanoGPT's MFU, the one the GPT-2
+  /// reproductions quote): 6*N + 12*L*C*T, N every parameter (the tied embedding once). 860.1
+  /// MFLOP for GPT-2 124M at T = 1024 (llm.c's Kaplan formula, 6*N + 6*L*C*T, gives 803.5).
   double flops_per_token(int64_t T) const;
 
   /// One-line JSON object with every field (for checkpoint metadata and logs).

@@ -78,7 +78,12 @@ const std::vector<config::Schema>& run_schemas() {
                 {"high", "highest", "medium"})
         .boolean("cuda_graph", false,
                  "capture forward+backward and clip+AdamW as CUDA graphs after 3 eager steps and replay them "
-                 "(needs CUDA; measure with bench_model --cuda-graph before turning it on)");
+                 "(needs CUDA; measure with bench_model --cuda-graph before turning it on)")
+        .string("recompute", "none",
+                "activation memory traded for compute in backward: none; mlp (the LayerNorms' and GELU's outputs "
+                "are computed again, as llm.c does: no matmul more); block (only each block's input is kept and "
+                "its forward runs again in backward, as torch.utils.checkpoint: about a third more compute)",
+                {"none", "mlp", "block"});
     s.emplace_back("optimizer");
     s.back()
         .floating("lr", 6e-4, "peak learning rate (AdamW)", 0.0, 10.0)
@@ -113,7 +118,10 @@ const std::vector<config::Schema>& run_schemas() {
                 {"auto", "tty", "line", "off"})
         .integer("stats_interval_ms", 50, "queue occupancy sampling period", 1, 60000)
         .boolean("trace", true, "write a Chrome trace (trace.json) of stage activity")
-        .floating("peak_tflops", 989.0, "device peak (dense bf16 TFLOP/s) used for MFU", 0.001, 1e6)
+        .floating("peak_tflops", 0.0,
+                  "device peak (dense bf16 TFLOP/s) MFU divides by; 0: the GPU's from the built-in table (A100, "
+                  "H100, H200, L4, L40S, A10, RTX 4090, T4, ...), and no MFU where it has none",
+                  0.0, 1e6)
         .boolean("tensorboard", false,
                  "write TensorBoard event files into the run directory (loss, val loss, lr, grad norm, tokens/s, MFU, "
                  "each stage's busy share and each queue's occupancy): tensorboard --logdir runs/")
@@ -180,7 +188,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
                  t.get_float("grad_clip"), t.get_string("dtype"), t.get_string("matmul_precision"),
-                 t.get_bool("cuda_graph")};
+                 t.get_bool("cuda_graph"), t.get_string("recompute")};
 
   auto o = sec("optimizer");
   rc.optimizer = {o.get_float("lr"), o.get_float("min_lr"), o.get_float("beta1"), o.get_float("beta2"),

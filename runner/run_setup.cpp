@@ -238,6 +238,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   if (resuming) {
     auto state = agreed.state ? std::move(*agreed.state) : read_named_checkpoint(ckpt);
     check_resumable(state.metadata, *ctx, ckpt.string());
+    model::restore_rng(state);  // dropout goes on with the masks it would have drawn (set_torch_globals seeded first)
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
     ctx->start_step = state.step;
@@ -294,6 +295,16 @@ void note_slurm_job(const RunContext& ctx, const std::optional<dist::LaunchEnv>&
                   ",\"start_step\":" + std::to_string(ctx.start_step) + ",\"ranks\":" + std::to_string(ranks) + "}");
 }
 
+// The process-wide torch settings the run trains with, set once on this thread before the engine
+// starts, never by a stage (train's thread and eval's would race on them): fp32 matmuls (those
+// outside autocast, and all of an fp32 run) on TF32 cores or not, and the default generators
+// seeded from [run] seed, from which dropout draws its masks. A resumed run then restores the
+// generator states its checkpoint holds (locate_run).
+void set_torch_globals(const RunContext& ctx) {
+  if (ctx.device.is_cuda()) at::globalContext().setFloat32MatmulPrecision(ctx.cfg.training.matmul_precision);
+  torch::manual_seed(static_cast<uint64_t>(ctx.cfg.run.seed));
+}
+
 }  // namespace
 
 graph::EngineOptions engine_options(const RunContext& ctx) {
@@ -321,6 +332,7 @@ RunPlan plan_run(const RunRequest& req) {
   // This thread builds the stages, and some allocate pinned memory as they are built: with the
   // run's device current, or each rank would make a context on GPU 0 as well.
   model::use_device(ctx->device);
+  set_torch_globals(*ctx);
   if (env && req.create_run_dir) join_ranks(plan, *env);
   try {
     locate_run(plan, req);

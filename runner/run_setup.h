@@ -1,6 +1,8 @@
 // From a config file to a ready-to-run training graph: resolves the config (runner/run_resolve.h),
-// picks the device, creates (or reopens, for --resume) the run directory, and installs the run
-// context the training stages read. Shared by `pipeline run` and the end-to-end tests.
+// picks the device, sets torch's process-wide state the run trains with (matmul precision, the
+// generators' seed, a resumed run's generator states: no stage touches them), creates (or
+// reopens, for --resume) the run directory, and installs the run context the training stages
+// read. Shared by `pipeline run` and the end-to-end tests.
 #pragma once
 
 #include <filesystem>

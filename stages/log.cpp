@@ -1,5 +1,9 @@
 // log: turns step results into a progress line (step/total, loss, learning rate, tokens/s,
-// MFU on CUDA, ETA) and one metrics.jsonl line per step. It waits for each step's event here,
+// MFU, ETA) and one metrics.jsonl line per step. MFU (PaLM's FLOPs a token, GPTConfig::
+// flops_per_token) divides by [logging] peak_tflops, or the peak the table has for the GPU
+// (model/device_peak.h); where there is none (the CPU, a GPU the table lacks) it is "—" in the
+// progress line and absent from metrics.jsonl (so from TensorBoard, /metrics and the live page),
+// and one line at start-up says how to set it: never a number divided by another GPU's peak. It waits for each step's event here,
 // off the training thread and without spinning, so training never stalls on reading its loss;
 // the wait counts as device wait in the stats, not as busy. Once the event completed it reads
 // the step's device timing events (no further sync) and reports train's GPU-busy time to the
@@ -12,6 +16,8 @@
 #include "base/duration.h"
 #include "graph/stage.h"
 #include "model/cpu_advice.h"
+#include "model/device_event.h"
+#include "model/device_peak.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -24,7 +30,11 @@ class Log : public graph::Stage {
   }
 
   // Waiting on CUDA events is a CUDA call: on the run's device, or it makes a context on GPU 0.
-  void initialize() override { model::use_device(rc_.device); }
+  void initialize() override {
+    model::use_device(rc_.device);
+    peak_ = model::resolve_peak_flops(rc_.cfg.logging.peak_tflops, rc_.device.is_cuda(), model::device_name(rc_.device));
+    rc_.log->print("log: " + model::describe_peak(peak_));
+  }
 
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
@@ -59,19 +69,22 @@ class Log : public graph::Stage {
     double tok_s = steps_timed > 0 && elapsed > 0 ? static_cast<double>(steps_timed * r.tokens) / elapsed : 0;
     double ms_step = steps_timed > 0 ? 1000.0 * elapsed / static_cast<double>(steps_timed) : dt * 1000;
     // Per device: tokens/s counts every data-parallel rank's tokens, each rank has one device.
-    double mfu = rc_.device.is_cuda()
-                     ? tok_s * flops_per_token_ / (rc_.cfg.logging.peak_tflops * 1e12 * rc_.partition.world)
-                     : 0;
+    // No peak, no MFU (NaN here, absent from the metrics line).
+    const double mfu = peak_.tflops > 0 ? tok_s * flops_per_token_ / (peak_.tflops * 1e12 * rc_.partition.world) : NAN;
     const int64_t total = rc_.cfg.training.steps;
     double eta = tok_s > 0 ? static_cast<double>((total - r.step) * r.tokens) / tok_s : NAN;
 
     char json[512];
     std::snprintf(json, sizeof json,
                   "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
-                  "\"ms_per_step\":%.3f,\"mfu\":%.5f,\"elapsed_s\":%.3f",
+                  "\"ms_per_step\":%.3f,\"elapsed_s\":%.3f",
                   static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
-                  mfu, elapsed);
+                  elapsed);
     std::string metric = json;
+    if (std::isfinite(mfu)) {
+      std::snprintf(json, sizeof json, ",\"mfu\":%.5f", mfu);
+      metric += json;
+    }
     // Per phase: device milliseconds on CUDA ("gpu_ms"), host milliseconds on the CPU ("host_ms").
     if (!phases.empty()) {
       metric += rc_.device.is_cuda() ? ",\"gpu_ms\":{" : ",\"host_ms\":{";
@@ -90,9 +103,11 @@ class Log : public graph::Stage {
                             static_cast<long long>(r.step), static_cast<long long>(total), loss, r.lr, norm, tok_s,
                             ms_step);
       std::string s(line, static_cast<size_t>(n));
-      if (rc_.device.is_cuda()) {
+      if (std::isfinite(mfu)) {
         std::snprintf(line, sizeof line, " | MFU %4.1f%%", 100 * mfu);
         s += line;
+      } else {
+        s += " | MFU \xE2\x80\x94";  // "—": no peak for this device (the start-up line says how to set one)
       }
       s += " | ETA " + duration_text(eta);
       rc_.log->print(s);
@@ -122,6 +137,7 @@ class Log : public graph::Stage {
  private:
   RunContext& rc_;
   double flops_per_token_ = 0;
+  model::PeakFlops peak_;  // what MFU divides by (tflops 0: none)
   double busy_after_first_ms_ = 0, timed_s_ = 0;  // since the first step completed
   std::string train_name_;
   bool started_ = false;

@@ -5,7 +5,11 @@
 // loss and gradient norm leave the device through a non-blocking copy into pinned memory with an
 // event that log waits on. Events around forward, backward and the step time them on the
 // device; log reads them once the step is done. With [training] cuda_graph, forward+backward and
-// clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/captured_step.h).
+// clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/captured_step.h). Before
+// each step it waits, sleeping, for the step before the last to complete (model/run_ahead.h), so
+// the host never runs more than two steps ahead of the GPU. The process-wide torch settings
+// (matmul precision, the seed, a resumed run's generator states) are the run layer's
+// (runner/run_setup.cpp), set before the engine starts: this stage changes none of them.
 #include <chrono>
 #include <optional>
 
@@ -17,6 +21,7 @@
 #include "model/hf_gpt2.h"
 #include "model/optim.h"
 #include "model/reuse_pool.h"
+#include "model/run_ahead.h"
 #include "model/schedule.h"
 #include "model/snapshot.h"
 #include "stages/ranks.h"
@@ -84,6 +89,10 @@ class Train : public graph::Stage {
     if (t.cuda_graph && rc_.ranks)
       throw std::invalid_argument("[training] cuda_graph = true is not supported with several ranks yet (the captured "
                                   "step has no gradient all-reduce): set it to false under torchrun");
+    if (t.cuda_graph && t.recompute == "block" && rc_.model.dropout > 0)
+      throw std::invalid_argument("[training] recompute = \"block\" with [model] dropout > 0 cannot run as CUDA graphs (the "
+                                  "recomputation puts the generators' states back, which a captured graph cannot): set "
+                                  "cuda_graph = false, recompute = \"mlp\", or dropout = 0");
     if (t.cuda_graph && !rc_.cfg.optimizer.fused)
       throw std::invalid_argument("[training] cuda_graph = true needs [optimizer] fused = true (the captured step is "
                                   "the fused AdamW)");
@@ -96,13 +105,13 @@ class Train : public graph::Stage {
       model::use_device(rc_.device);
       stream_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, rc_.device.index());
       c10::cuda::setCurrentCUDAStream(*stream_);  // this thread's current stream from now on
-      // Process-wide: fp32 matmuls (those outside autocast, and all of an fp32 run) on TF32 cores.
-      at::globalContext().setFloat32MatmulPrecision(cfg.training.matmul_precision);
     }
 #endif
+    // Construction draws nothing from the global generators (GPTImpl): dropout's masks come from
+    // the state the run layer seeded (or restored, on resume) before the engine started.
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(cfg.run.seed));
+    model_->set_recompute(model::parse_recompute(cfg.training.recompute));
     if (rc_.resume_from.empty() && !cfg.model.init_from.empty()) model::load_hf_weights(model_, cfg.model.init_from);
-    torch::manual_seed(cfg.run.seed);  // dropout's generators: from the seed alone (restore() overrides on resume)
     model_->to(rc_.device);
     model_->train();
     model::AdamWOptions o;
@@ -115,7 +124,7 @@ class Train : public graph::Stage {
     opt_ = std::make_unique<model::AdamW>(model_->named_parameters(), o);
     if (!rc_.resume_from.empty()) {
       auto state = model::read_checkpoint(rc_.resume_from.string());
-      model::restore(state, model_, opt_.get());
+      model::restore(state, model_, opt_.get(), /*restore_rng=*/false);  // the run layer restored them
     }
     for (auto& p : model_->parameters()) params_.push_back(p);
     // Data parallel: every rank starts from rank 0's weights; gradients are averaged in backward.
@@ -142,6 +151,12 @@ class Train : public graph::Stage {
     const auto accum = rc_.cfg.training.grad_accum;
     const bool last_micro_batch = micro_ + 1 == accum;
     if (sync_ && !sync_->before_forward(last_micro_batch, rc_.checkpoint_requests.load())) return stop_with_the_others(out);
+    if (micro_ == 0) {
+      // At most two steps in flight: this one waits, asleep, for the one before the last.
+      std::optional<NvtxRange> range;
+      if (ahead_.pending() >= 2) range.emplace("wait for the step before the last");
+      out.add_device_wait(ahead_.before_step());
+    }
     auto b = in.take<Batch>();
     if (!timing_) {
       timing_ = std::make_shared<StepTiming>();
@@ -285,6 +300,7 @@ class Train : public graph::Stage {
       r.grad_norm.copy_(norm, /*non_blocking=*/true);
       r.done = done_events_.take();
       r.done->record_current(rc_.device);  // after the copies, the eval weight clones and the timing events
+      ahead_.issued(r.done);
     } else {
       r.loss = loss_sum_.to(torch::kFloat32);
       r.grad_norm = norm.to(torch::kFloat32);
@@ -314,7 +330,8 @@ class Train : public graph::Stage {
     const auto dtype = autocast_ && rc_.device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
     const auto backend = model_->attention_backend(rc_.cfg.training.seq_len, dtype, rc_.device);
     std::string line = name_ + ": attention " + backend + " (" + std::string(c10::toString(dtype)) + ", head_dim " +
-                       std::to_string(rc_.model.head_dim()) + ")";
+                       std::to_string(rc_.model.head_dim()) + "), loss " + model_->loss_path(rc_.device, dtype).why;
+    if (rc_.cfg.training.recompute != "none") line += ", recompute " + rc_.cfg.training.recompute;
     if (rc_.device.is_cuda())
       line += ", fp32 matmul precision " + rc_.cfg.training.matmul_precision +
               (rc_.cfg.training.cuda_graph ? ", CUDA graphs after " + std::to_string(kGraphWarmupSteps) + " eager steps" : "");
@@ -365,6 +382,7 @@ class Train : public graph::Stage {
   model::ReusePool<model::DeviceEvent> done_events_{[] { return std::make_shared<model::DeviceEvent>(); }};
   model::TensorReusePool pinned_pairs_{
       [] { return torch::empty({2}, torch::TensorOptions().dtype(torch::kFloat32).pinned_memory(true)); }};
+  model::RunAhead<model::DeviceEvent> ahead_;  // the done events of the steps in flight (CUDA)
 #ifdef PIPELINE_HAVE_CUDA
   std::optional<c10::cuda::CUDAStream> stream_;
 #endif

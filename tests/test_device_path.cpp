@@ -313,6 +313,51 @@ TEST_CASE("the engine hears train's step time and log's waits: device_busy in th
   fs::remove_all(root);
 }
 
+TEST_CASE("torch's process-wide settings are the run layer's: train sets none of them") {
+  auto root = temp_dir("globals");
+  auto p = plan(tiny_config(root / "r", kTokenInput, kData + "tokens"), root / "r", {"training.steps=3"});
+  auto gen = at::globalContext().defaultGenerator(torch::kCPU);
+  // The run layer seeded the default generators from [run] seed (dropout draws its masks there).
+  const auto seeded = gen.get_state();
+  torch::manual_seed(static_cast<uint64_t>(p.ctx->cfg.run.seed));
+  CHECK(torch::equal(gen.get_state(), seeded));
+  // Whatever the state is when the engine starts, the stages leave it so: building train's model
+  // draws nothing from it (model/gpt2.cpp), and train seeds nothing (no dropout: no draws).
+  torch::manual_seed(4242);
+  const auto marker = gen.get_state();
+  const auto precision = at::globalContext().float32MatmulPrecision();
+  auto r = execute(p);
+  REQUIRE(r.losses.size() == 3);
+  CHECK(torch::equal(gen.get_state(), marker));
+  CHECK(at::globalContext().float32MatmulPrecision() == precision);
+  fs::remove_all(root);
+}
+
+TEST_CASE("no peak for the device (the CPU): MFU is \"—\" and absent from metrics.jsonl, and one line says how to set it") {
+  auto root = temp_dir("mfu");
+  std::mutex mu;
+  std::vector<std::string> printed;
+  auto r = run(tiny_config(root / "r", kTokenInput, kData + "tokens"), root / "r", {"training.steps=2"}, {},
+               [&](graph::Engine&, stages::RunContext& ctx) {
+                 ctx.log->set_printer([&](const std::string& line) {
+                   std::lock_guard lock(mu);
+                   printed.push_back(line);
+                 });
+               });
+  REQUIRE(r.losses.size() == 2);
+  const std::string log = test_util::read_file(r.dir / "run.log");
+  CHECK(test_util::contains(log, "log: MFU: \xE2\x80\x94 (the CPU has no entry in the peak table): set [logging] peak_tflops"));
+  CHECK(test_util::contains(log, "| MFU \xE2\x80\x94 |"));
+  CHECK_FALSE(test_util::contains(test_util::read_file(r.dir / "metrics.jsonl"), "\"mfu\""));
+
+  // Set, it is a number (on the CPU too), in the progress line and the metrics.
+  auto set = run(tiny_config(root / "s", kTokenInput, kData + "tokens"), root / "s",
+                 {"training.steps=2", "logging.peak_tflops=0.001"});
+  CHECK(test_util::contains(test_util::read_file(set.dir / "run.log"), "log: MFU against 0.001 TFLOP/s ([logging] peak_tflops)"));
+  CHECK(test_util::contains(test_util::read_file(set.dir / "metrics.jsonl"), "\"mfu\":"));
+  fs::remove_all(root);
+}
+
 TEST_CASE("checkpoint snapshots reuse one buffer set: no allocation after the first") {
   auto cfg = m::GPTConfig::preset("tiny").with_vocab(256);
   m::GPT model(cfg, 3);

@@ -36,7 +36,7 @@ TEST_CASE("without a GPU, torch or the carried packages, gpu_report names what i
   fs::remove_all(root);
   fs::create_directories(root / "debs");
   const std::string env = no_gpu_env(root) + " PIPELINE_BUILD_DIR=" + (root / "build").string();
-  for (const char* mode : {"check", "test", "measure", "all"}) {
+  for (const char* mode : {"check", "test", "measure", "all", "profile", "scale"}) {
     CAPTURE(mode);
     auto r = report(env, mode);
     INFO(r.out);
@@ -112,6 +112,41 @@ TEST_CASE("gpu_report all, on the CPU with a tiny model: the table from real out
   auto again = report(env, "table");
   CHECK(again.code == 0);
   CHECK(contains(again.out, "| gpt2_synthetic.toml | 3 | "));
+  fs::remove_all(root);
+}
+#endif
+
+#ifdef PIPELINE_GPU_REPORT_PROGRAMS
+TEST_CASE("gpu_report scale, on the CPU with a tiny model: rows, PyTorch beside them, a failed row recorded, resumable") {
+  auto root = fs::temp_directory_path() / ("pipeline_gpu_report_scale_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const std::string torch_py = PIPELINE_TORCH_PYTHON;
+  const std::string env =
+      no_gpu_env(root) + " GPU_REPORT_CPU=1 GPU_REPORT_JOBS=1 PIPELINE_BUILD_DIR=" + PIPELINE_BINARY_DIR +
+      " GPU_REPORT_WORK=" + (root / "work").string() +
+      " GPU_REPORT_SCALE_ROWS='nosuch:2 tiny:2 tiny:2:mlp tiny:2:block:fit' GPU_REPORT_SCALE_SEQ=32"
+      " GPU_REPORT_SCALE_DTYPE=fp32 GPU_REPORT_SCALE_STEPS=2 GPU_REPORT_SCALE_PYTORCH_MODES=eager" +
+      (torch_py.empty() ? "" : " GPU_REPORT_TORCH_PY=" + torch_py);
+  auto r = report(env, "scale");
+  INFO(r.out);
+  CHECK(r.code == 1);  // the row that failed says so in the status, after the table
+  CHECK(contains(r.out, "## Scale sweep: no GPU seen by /nonexistent/nvidia-smi"));
+  CHECK(contains(r.out, "MFU by the PaLM formula: 6N + 12"));
+  CHECK(contains(r.out, "| nosuch | 2×32 | none | | failed: exit status 1: bench_model: "));
+  CHECK(contains(r.out, "| tiny | 2×32 | none | chunked | "));
+  CHECK(contains(r.out, "| tiny | 2×32 | mlp | chunked | "));
+  CHECK(contains(r.out, "| tiny | 2×32 | block | chunked | "));
+  CHECK(contains(r.out, " GiB | "));  // peak memory (the resident set on the CPU)
+  CHECK(contains(r.out, "\u2014"));     // no MFU on the CPU, never a number
+  if (!torch_py.empty()) {
+    CHECK_FALSE(contains(r.out, "not run yet | | | | not run yet"));
+    CHECK(contains(r.out, "x |"));  // PyTorch eager's ms/step over the pipeline's
+  }
+  CHECK(fs::exists(root / "out" / "scale.md"));
+  // A second call measures only what is missing: here nothing (the failed row stays failed).
+  auto again = report(env, "scale");
+  CHECK_FALSE(contains(again.out, "scale: bench_model"));
+  CHECK(contains(again.out, "| tiny | 2×32 | mlp | chunked | "));
   fs::remove_all(root);
 }
 #endif

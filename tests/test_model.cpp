@@ -18,7 +18,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <unistd.h>
@@ -48,6 +50,21 @@ double rel_err(const torch::Tensor& a, const torch::Tensor& b) {
 }
 
 m::GPTConfig tiny(int64_t vocab = 50257) { return m::GPTConfig::preset("tiny").with_vocab(vocab); }
+
+// The names of every node of t's autograd graph, one string ("AddBackward0 CppNode<...> ...").
+std::string graph_node_names(const torch::Tensor& t) {
+  std::string names;
+  std::vector<torch::autograd::Node*> todo{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    auto* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    names += n->name() + " ";
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  return names;
+}
 
 fs::path temp_dir() {
   auto dir = fs::temp_directory_path() / ("pipeline_test_model_" + std::to_string(::getpid()));
@@ -137,7 +154,7 @@ TEST_CASE("presets and parameter counts") {
   CHECK(count_unpadded("gpt2-medium") == 354'823'168);
   CHECK(count_unpadded("gpt2-large") == 774'030'080);
   CHECK(count_unpadded("gpt2-xl") == 1'557'611'200);
-  CHECK(gpt2.flops_per_token(1024) == doctest::Approx(6.0 * 124'475'904 + 6.0 * 12 * 768 * 1024));
+  CHECK(gpt2.flops_per_token(1024) == doctest::Approx(6.0 * 124'475'904 + 12.0 * 12 * 768 * 1024));  // PaLM
 
   // The analytic count is the module's count (the tied head counted once).
   for (const char* name : {"tiny", "small-cpu", "gpt2"}) {
@@ -231,6 +248,63 @@ TEST_CASE("the fused loss equals the sliced fp32 cross-entropy: values and gradi
   CHECK(contains(error_of([&] { m::cross_entropy_real_vocab(in, targets.narrow(0, 0, 5), V); }), "expected logits (N, Vp)"));
 }
 
+TEST_CASE("targets outside the vocabulary are ignored as PyTorch's ignore_index: no loss, no gradient, not counted") {
+  use_one_thread();
+  auto gen = at::detail::createCPUGenerator(12);
+  const int64_t N = 23, Vp = 64, V = 50;
+  auto base = torch::randn({N, Vp}, gen) * 3.0;             // (N, Vp)
+  auto targets = torch::randint(V, {N}, gen, torch::kLong);  // (N)
+  // -100 (PyTorch's ignore_index), a padded column's id, one past the padding, and a huge id.
+  const std::vector<int64_t> bad_rows = {0, 5, 6, 22}, bad_ids = {-100, V + 3, Vp, int64_t{1} << 40};
+  for (size_t i = 0; i < bad_rows.size(); ++i) targets[bad_rows[i]] = bad_ids[i];
+  auto pytorch_targets = targets.clone();
+  for (auto r : bad_rows) pytorch_targets[r] = -100;
+  auto ref_in = base.detach().requires_grad_(true);
+  auto ref = torch::nn::functional::cross_entropy(ref_in.narrow(1, 0, V), pytorch_targets,
+                                                  torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+  ref.backward();
+  for (const int64_t chunk : {int64_t{1}, int64_t{7}, int64_t{0}}) {
+    CAPTURE(chunk);
+    auto in = base.detach().requires_grad_(true);
+    auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
+    CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-6 * ref.item<double>());
+    (loss * 2.0).backward();
+    CHECK(rel_err(in.grad().narrow(1, 0, V), ref_in.grad().narrow(1, 0, V) * 2.0) < 1e-5);
+    for (auto r : bad_rows) CHECK(torch::count_nonzero(in.grad()[r]).item<int64_t>() == 0);
+    torch::NoGradGuard no_grad;
+    CHECK(std::abs(m::cross_entropy_real_vocab(in, targets, V, chunk).item<double>() - loss.item<double>()) < 1e-6);
+  }
+  // Every row ignored: 0/0, NaN, as PyTorch's mean over no targets; and no gradient at all.
+  auto in = base.detach().requires_grad_(true);
+  auto none = m::cross_entropy_real_vocab(in, torch::full({N}, int64_t{-100}), V);
+  CHECK(std::isnan(none.item<float>()));
+  none.backward();
+  CHECK(torch::count_nonzero(in.grad()).item<int64_t>() == 0);
+}
+
+TEST_CASE("a NaN logit makes the loss NaN and its row's gradient NaN, the other rows finite") {
+  use_one_thread();
+  auto gen = at::detail::createCPUGenerator(13);
+  const int64_t N = 9, Vp = 64, V = 50;
+  auto targets = torch::randint(V, {N}, gen, torch::kLong);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    for (const int64_t column : {int64_t{0}, int64_t{17}, V - 1}) {  // the target's column or another
+      CAPTURE(dtype);
+      CAPTURE(column);
+      auto base = torch::randn({N, Vp}, gen);
+      base[4][column] = std::numeric_limits<float>::quiet_NaN();
+      auto in = base.to(dtype).detach().requires_grad_(true);
+      auto loss = m::cross_entropy_real_vocab(in, targets, V, 3);
+      CHECK(std::isnan(loss.item<float>()));
+      loss.backward();
+      auto g = in.grad().to(torch::kFloat);
+      CHECK(torch::isnan(g[4].narrow(0, 0, V)).all().item<bool>());  // the whole row, not a finite step
+      CHECK(torch::isfinite(g.narrow(0, 0, 4)).all().item<bool>());
+      CHECK(torch::isfinite(g.narrow(0, 5, N - 5)).all().item<bool>());
+    }
+  }
+}
+
 TEST_CASE("GPT::loss through the model: the gradients of the sliced loss, padded rows of wte untouched") {
   use_one_thread();
   auto cfg = tiny(250);  // padded to 256
@@ -312,6 +386,60 @@ TEST_CASE("same seed gives bitwise identical weights and losses") {
   for (size_t i = 0; i < w1.size(); ++i) CHECK(torch::equal(w1[i], w2[i]));
   CHECK(l1 == l2);
   CHECK_FALSE(torch::equal(w1[0], w3[0]));
+}
+
+TEST_CASE("building a model draws nothing from the global generator (dropout's masks do not depend on who built what)") {
+  use_one_thread();
+  torch::manual_seed(5);
+  auto gen = at::globalContext().defaultGenerator(torch::kCPU);
+  const auto before = gen.get_state();
+  m::GPT model(tiny(256), 3);
+  CHECK(torch::equal(gen.get_state(), before));
+  auto again = torch::rand({4});  // and the stream goes on from where it was
+  torch::manual_seed(5);
+  CHECK(torch::equal(again, torch::rand({4})));
+}
+
+TEST_CASE("recompute mlp and block: the losses and gradients of none, to 1e-6 (fp32, small-cpu), with dropout too") {
+  use_one_thread();
+  for (const double dropout : {0.0, 0.1}) {
+    CAPTURE(dropout);
+    auto cfg = m::GPTConfig::preset("small-cpu");
+    cfg.dropout = dropout;
+    auto gen = at::detail::createCPUGenerator(21);
+    auto x = torch::randint(cfg.vocab_size, {2, 64}, gen, torch::kLong);
+    auto y = torch::randint(cfg.vocab_size, {2, 64}, gen, torch::kLong);
+    y[0][3] = -100;  // an ignored target on the way
+    std::map<std::string, torch::Tensor> reference;
+    double reference_loss = 0;
+    for (const auto mode : {m::Recompute::none, m::Recompute::mlp, m::Recompute::block}) {
+      CAPTURE(m::recompute_name(mode));
+      m::GPT model(cfg, 9);
+      model->train();
+      model->set_recompute(mode);
+      torch::manual_seed(77);  // the same dropout masks in every mode
+      auto loss = model->loss(model(x), y);
+      // The mode is in force: its autograd functions are in the graph (and only its).
+      const auto nodes = graph_node_names(loss);
+      CHECK(contains(nodes, "LayerNormLinear") == (mode == m::Recompute::mlp));
+      CHECK(contains(nodes, "GeluLinear") == (mode == m::Recompute::mlp));
+      CHECK(contains(nodes, "Checkpoint") == (mode == m::Recompute::block));
+      loss.backward();
+      if (mode == m::Recompute::none) {
+        reference_loss = loss.item<double>();
+        for (const auto& p : model->named_parameters()) reference[p.key()] = p.value().grad().clone();
+        continue;
+      }
+      CHECK(std::abs(loss.item<double>() - reference_loss) <= 1e-6);
+      for (const auto& p : model->named_parameters()) {
+        CAPTURE(p.key());
+        REQUIRE(p.value().grad().defined());
+        CHECK(rel_err(p.value().grad(), reference[p.key()]) <= 1e-6);
+      }
+    }
+  }
+  CHECK(m::parse_recompute("mlp") == m::Recompute::mlp);
+  CHECK(contains(error_of([] { m::parse_recompute("all"); }), "\"none\", \"mlp\" or \"block\", got \"all\""));
 }
 
 TEST_CASE("GPT-2 initialisation statistics") {

@@ -17,6 +17,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <map>
 #include <string>
 #include <thread>
 #include <unistd.h>
@@ -26,6 +28,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #define PIPELINE_HAVE_SYNC_DEBUG 1
 #endif
 
@@ -156,16 +159,124 @@ TEST_CASE("the cross-entropy on CUDA matches the chunked loss and its gradient")
   }
 }
 
-TEST_CASE("the cross-entropy on CUDA: a strided view of the logits, and an id outside the vocabulary") {
+TEST_CASE("the cross-entropy on CUDA: a strided view of the logits, and ids outside the vocabulary ignored") {
   auto opts = torch::TensorOptions().device(kCuda);
   auto wide = torch::randn({12, 100}, opts);
   auto view = wide.narrow(1, 0, 72);  // rows 100 apart, 72 columns, 70 of them real
   auto targets = torch::randint(70, {12}, opts.dtype(torch::kLong));
   CHECK(std::abs(m::cross_entropy_real_vocab(view, targets, 70).item<double>() -
                  m::cross_entropy_real_vocab(view, targets, 70, 4).item<double>()) < 1e-5);
-  if (!m::fused_cross_entropy_built()) return;  // ATen's gather would stop the process on a bad id
-  targets[3] = 70;  // not a real id: the loss says so (NaN) instead of reading outside the row
-  CHECK(std::isnan(m::cross_entropy_real_vocab(view, targets, 70).item<double>()));
+  // Not real ids (a padded column, past the padding, -100): ignored, as PyTorch's ignore_index,
+  // on both paths alike: the same loss over the other rows, no gradient in theirs.
+  targets[3] = 70;
+  targets[5] = 1000;
+  targets[8] = -100;
+  auto run = [&](int64_t chunk_rows) {
+    auto logits = view.detach().clone().requires_grad_(true);
+    auto loss = m::cross_entropy_real_vocab(logits, targets, 70, chunk_rows);
+    (loss * 2.0).backward();
+    return std::make_pair(loss.item<double>(), logits.grad());
+  };
+  auto [fused, fused_grad] = run(0);
+  auto [chunked, chunked_grad] = run(4);
+  CHECK(std::isfinite(fused));
+  CHECK(std::abs(fused - chunked) < 1e-5 * std::abs(chunked));
+  CHECK(rel_err(fused_grad, chunked_grad) < 1e-5);
+  for (int r : {3, 5, 8}) CHECK(fused_grad[r].abs().max().item<double>() == 0.0);
+}
+
+TEST_CASE("the cross-entropy on CUDA propagates NaN forward and backward, as the chunked path does") {
+  for (const auto dtype : {torch::kBFloat16, torch::kFloat}) {
+    // Rows of GPT-2's width (16-byte packs) and odd ones (the scalar tail); the NaN in the target's
+    // column, in a pack whose other values are -inf (the merge that returned early), or alone.
+    for (const int64_t vocab : {int64_t{50257}, int64_t{131}}) {
+      CAPTURE(dtype);
+      CAPTURE(vocab);
+      const int64_t rows = 6, padded = (vocab + 63) / 64 * 64;
+      auto opts = torch::TensorOptions().device(kCuda);
+      auto base = torch::randn({rows, padded}, opts);
+      auto targets = torch::randint(vocab, {rows}, opts.dtype(torch::kLong));
+      base[1][targets[1].item<int64_t>()] = std::numeric_limits<float>::quiet_NaN();
+      base[2].narrow(0, 0, 16).fill_(-std::numeric_limits<float>::infinity());
+      base[2][3] = std::numeric_limits<float>::quiet_NaN();
+      base[4][vocab - 1] = std::numeric_limits<float>::quiet_NaN();
+      auto run = [&](int64_t chunk_rows) {
+        auto logits = base.to(dtype).requires_grad_(true);
+        auto loss = m::cross_entropy_real_vocab(logits, targets, vocab, chunk_rows);
+        loss.backward();
+        return std::make_pair(loss.item<double>(), logits.grad().to(torch::kFloat).narrow(1, 0, vocab));
+      };
+      for (const int64_t chunk_rows : {int64_t{0}, int64_t{2}}) {  // fused (where built), chunked
+        CAPTURE(chunk_rows);
+        auto [loss, grad] = run(chunk_rows);
+        CHECK(std::isnan(loss));
+        for (int r : {1, 2, 4}) CHECK(torch::isnan(grad[r]).all().item<bool>());
+        for (int r : {0, 3, 5}) CHECK(torch::isfinite(grad[r]).all().item<bool>());
+      }
+    }
+  }
+}
+
+#ifdef PIPELINE_HAVE_SYNC_DEBUG  // the CUDA runtime's headers are here
+TEST_CASE("a CUDA error an earlier call left pending is neither consumed nor blamed on the loss") {
+  if (!m::fused_cross_entropy_built()) return;
+  auto opts = torch::TensorOptions().device(kCuda);
+  auto logits = torch::randn({8, 64}, opts).requires_grad_(true);
+  auto targets = torch::randint(50, {8}, opts.dtype(torch::kLong));
+  m::cross_entropy_real_vocab(logits, targets, 50).item<float>();  // loaded and warm
+  int count = 0;
+  REQUIRE(cudaGetDeviceCount(&count) == cudaSuccess);
+  REQUIRE(cudaSetDevice(count + 7) == cudaErrorInvalidDevice);  // leaves that error pending
+  REQUIRE(cudaPeekAtLastError() == cudaErrorInvalidDevice);
+  auto loss = m::cross_entropy_real_vocab(logits, targets, 50);  // launches fine: no throw
+  loss.backward();
+  CHECK(std::isfinite(loss.item<float>()));
+  CHECK(cudaPeekAtLastError() == cudaErrorInvalidDevice);  // still there for its owner
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
+  CHECK(cudaPeekAtLastError() == cudaSuccess);
+}
+#endif
+
+TEST_CASE("the fused loss has an image for this GPU, and the model says which loss runs") {
+  m::GPT model(tiny(), 1);
+  model->to(kCuda);
+  const auto path = model->loss_path(kCuda, torch::kBFloat16);
+  CHECK(path.fused == m::fused_cross_entropy_built());
+  CHECK(m::cross_entropy_path(kCuda, torch::kBFloat16).fused == path.fused);
+  CHECK_FALSE(model->loss_path(kCuda, torch::kHalf).fused);  // fp16 logits: the chunked path
+  CHECK_FALSE(m::cross_entropy_path(kCuda, torch::kBFloat16, 4096).fused);
+  CHECK_FALSE(model->loss_path(torch::kCPU, torch::kFloat).fused);
+}
+
+TEST_CASE("recompute mlp and block on CUDA under bf16 autocast: the losses and gradients of none") {
+  auto cfg = m::GPTConfig::preset("small-cpu");
+  auto x = torch::randint(cfg.vocab_size, {4, 128}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  auto y = torch::randint(cfg.vocab_size, {4, 128}, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  std::map<std::string, torch::Tensor> reference;
+  double reference_loss = 0;
+  for (const auto mode : {m::Recompute::none, m::Recompute::mlp, m::Recompute::block}) {
+    CAPTURE(m::recompute_name(mode));
+    m::GPT model(cfg, 5);
+    model->to(kCuda);
+    model->set_recompute(mode);
+    torch::Tensor loss;
+    {
+      m::AutocastGuard autocast(torch::kCUDA);
+      loss = model->loss(model(x), y);
+    }
+    loss.backward();
+    if (mode == m::Recompute::none) {
+      reference_loss = loss.item<double>();
+      for (const auto& p : model->named_parameters()) reference[p.key()] = p.value().grad().clone();
+      continue;
+    }
+    // The same kernels on the same bf16 inputs: equal but for the order of a few reductions.
+    CHECK(std::abs(loss.item<double>() - reference_loss) < 1e-4);
+    for (const auto& p : model->named_parameters()) {
+      CAPTURE(p.key());
+      CHECK(rel_err(p.value().grad(), reference[p.key()]) < 2e-2);
+    }
+  }
 }
 
 TEST_CASE("bf16 autocast forward on CUDA") {

@@ -2,7 +2,8 @@
 // through pack (uint16 windows in pinned buffers) -> h2d (side stream, events, host-callback
 // release) -> train, against the same run on the CPU; a small pinned pool recycled many times;
 // bf16 autocast; CUDA graphs against eager; no host sync anywhere in the graph while it trains
-// (sync-debug mode). Exits 77 (CTest: skipped) where CUDA is absent.
+// (sync-debug mode); train's bounded run-ahead (it sleeps on step N-2's event) and the torch
+// settings the run layer owns. Exits 77 (CTest: skipped) where CUDA is absent.
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,8 @@
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>
+
+#include "test_util.h"
 
 using namespace train_harness;
 
@@ -247,5 +250,92 @@ TEST_CASE("no host sync anywhere in the graph while it trains: eager, bf16") {
 
 TEST_CASE("no host sync anywhere in the graph while it trains: CUDA graphs") {
   check_no_host_sync("nosync_graph", {"training.dtype=\"bf16\"", "training.cuda_graph=true"});
+}
+#endif  // PIPELINE_HAVE_SYNC_DEBUG
+
+#ifdef PIPELINE_HAVE_SYNC_DEBUG  // CUDA's headers
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <time.h>
+
+#include "base/json.h"
+#include "model/device_event.h"
+#include "model/run_ahead.h"
+
+namespace {
+
+double thread_cpu_s() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+}  // namespace
+
+TEST_CASE("before step N, train waits for step N-2 asleep: a blocking-sync event, not a spinning core") {
+  namespace m = pipeline::model;
+  const torch::Device cuda(torch::kCUDA, 0);
+  m::use_device(cuda);
+  c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
+  m::RunAhead<m::DeviceEvent> ahead;
+  std::vector<std::shared_ptr<m::DeviceEvent>> done;
+  // Two "steps" of about 0.3 s of GPU time each (a kernel that spins on the device's clock).
+  const int64_t cycles = 600'000'000;
+  for (int i = 0; i < 2; ++i) {
+    at::cuda::sleep(cycles);
+    done.push_back(std::make_shared<m::DeviceEvent>());
+    done.back()->record_current(cuda);
+    ahead.issued(done.back());
+  }
+  const double cpu0 = thread_cpu_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto waited = ahead.before_step();  // the third step waits for the first
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = thread_cpu_s() - cpu0;
+  INFO("waited " << wall << " s of wall time, " << cpu << " s of this thread's CPU");
+  CHECK(done[0]->query());
+  CHECK(ahead.pending() == 1);
+  CHECK(wall > 0.05);
+  CHECK(std::chrono::duration<double>(waited).count() > 0.05);
+  CHECK(cpu < 0.25 * wall);  // asleep, not spinning
+  done[1]->wait();
+}
+
+TEST_CASE("under CUDA graphs train's thread sleeps while the GPU works: device wait in the stats, not a core") {
+  // GPT-2 124M at 8x1024 in bf16: a step the GPU needs tens of milliseconds for, which the host
+  // issues in a few. Without the bound, train's thread spun in the launch queue (its CPU time was
+  // its wall time, docs/figures.md).
+  auto root = temp_dir("runahead");
+  auto r = run(tiny_config(root / "r", kTokenInput, kData + "tokens"), root / "r",
+               {"run.device=\"cuda\"", "model.preset=\"gpt2\"", "training.batch_size=8", "training.seq_len=1024",
+                "training.steps=30", "training.dtype=\"bf16\"", "training.cuda_graph=true", "checkpoint.every=0",
+                "checkpoint.at_end=false"});
+  REQUIRE(r.losses.size() == 30);
+  const auto summary = pipeline::json_parse(test_util::read_file(r.dir / "stats_summary.json"));
+  double cpu = -1, busy = 0, wait = 0;
+  for (const auto& st : summary.array("stages"))
+    if (const auto* name = st.find("name"); name && name->text == "train") {
+      cpu = st.number("cpu_s");
+      busy = st.number("busy_s");
+      wait = st.number("device_wait_s");
+    }
+  INFO("train: busy " << busy << " s, of which device wait " << wait << " s; CPU " << cpu << " s");
+  CHECK(wait > 0.1 * busy);  // most of a GPU-bound step is spent waiting for the GPU, asleep
+  CHECK(cpu < 0.5 * busy);   // the goal is 25% of a core; the test leaves room for a loaded machine
+  fs::remove_all(root);
+}
+
+TEST_CASE("the matmul precision is the run layer's: set before the engine, never by train") {
+  auto root = temp_dir("precision");
+  auto p = plan(tiny_config(root / "r", kTokenInput, kData + "tokens"), root / "r",
+                {"run.device=\"cuda\"", "training.steps=2", "training.matmul_precision=\"highest\""});
+  CHECK(at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::HIGHEST);
+  at::globalContext().setFloat32MatmulPrecision("medium");
+  auto r = execute(p);
+  REQUIRE(r.losses.size() == 2);
+  CHECK(at::globalContext().float32MatmulPrecision() == at::Float32MatmulPrecision::MEDIUM);
+  at::globalContext().setFloat32MatmulPrecision("high");
+  fs::remove_all(root);
 }
 #endif  // PIPELINE_HAVE_SYNC_DEBUG

@@ -85,10 +85,9 @@ inline std::map<int64_t, std::string> read_losses(const fs::path& dir) {
   return out;
 }
 
-// Runs a config in-process as `pipeline run` does; `during` runs on a side thread while the
-// graph runs (e.g. to request a stop).
-inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vector<std::string> overrides = {},
-              fs::path resume = {}, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
+// Plans a config in-process as `pipeline run` does (the run layer's work before the engine).
+inline stages::RunPlan plan(const std::string& toml, const fs::path& run_dir, std::vector<std::string> overrides = {},
+                            fs::path resume = {}) {
   auto cfg = run_dir.parent_path() / (run_dir.filename().string() + ".toml");
   std::ofstream(cfg) << toml;
   stages::RunRequest req;
@@ -96,7 +95,12 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   req.overrides = std::move(overrides);
   req.resume = resume;
   req.source_dir = PIPELINE_SOURCE_DIR;
-  auto plan = stages::plan_run(req);
+  return stages::plan_run(req);
+}
+
+// Runs a planned run's engine; `during` runs on a side thread while the graph runs (e.g. to
+// request a stop).
+inline RunResult execute(stages::RunPlan& plan, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
   graph::EngineOptions opts = stages::engine_options(*plan.ctx);
   opts.host = plan.ctx;
   {
@@ -118,6 +122,13 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
   r.last_step = plan.ctx->last_step.load();
   r.checkpoint = plan.ctx->checkpoint_written;
   return r;
+}
+
+// Runs a config in-process as `pipeline run` does: plan, then execute.
+inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vector<std::string> overrides = {},
+              fs::path resume = {}, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
+  auto p = plan(toml, run_dir, std::move(overrides), std::move(resume));
+  return execute(p, std::move(during));
 }
 
 // Trains `input` for 8 steps twice; the second run is taken back to its step-4 checkpoint, as

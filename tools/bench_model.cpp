@@ -3,22 +3,32 @@
 // peak memory, and a last line `result ...` of key=value pairs for scripts (tools/gpu_report.sh).
 //
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
-//               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops 989]
-//               [--profile TRACE.json [--profile-steps 3]]
+//               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops F]
+//               [--recompute none|mlp|block] [--fit-batch] [--profile TRACE.json [--profile-steps 3]]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
+// MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device_peak.h's
+// table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
+// Peak memory: the caching allocator's peak on CUDA, the process's peak resident set on the CPU.
+// --fit-batch: --batch is the largest to try; on running out of GPU memory it halves the batch
+// and tries again, and times the largest that ran (result batch=...).
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
 // ops and CUDA kernels) into a Chrome trace; tools/kernel_table.py sums it by kernel, beside the
 // trace of tools/eager_step.py --profile (tools/gpu_report.sh profile).
 #include "model/autocast.h"
 #include "model/captured_step.h"
+#include "model/device_event.h"
+#include "model/device_peak.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
+
+#include <sys/resource.h>
 
 #include <ATen/DeviceAccelerator.h>
 #include <c10/core/Event.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -26,6 +36,7 @@
 #include <string>
 
 #ifdef PIPELINE_HAVE_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -43,7 +54,9 @@ struct Options {
   std::string dtype = "bf16";  // autocast dtype of the forward pass
   bool cuda_graph = false;     // replay the step as CUDA graphs (model/captured_step.h)
   std::string matmul_precision = "high";
-  double peak_tflops = 989.0;  // H100 SXM dense bf16
+  double peak_tflops = 0;      // 0: the peak table's figure for the GPU (model/device_peak.h)
+  std::string recompute = "none";
+  bool fit_batch = false;      // halve --batch until a step fits the GPU's memory
   std::string profile;         // Chrome trace of a few steps after the timed ones
   int profile_steps = 3;
 };
@@ -53,8 +66,11 @@ void usage() {
       "usage: bench_model [--preset NAME] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
       "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
       "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
+      "                   [--recompute none|mlp|block] [--fit-batch]\n"
       "                   [--profile TRACE.json] [--profile-steps N]\n"
-      "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n");
+      "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n"
+      "--peak-tflops: what MFU divides by (default: the GPU's from the built-in table; none: MFU is \"-\").\n"
+      "--fit-batch: halve --batch until a step fits in GPU memory, then time that batch.\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -69,6 +85,10 @@ Options parse(int argc, char** argv) {
       o.cuda_graph = true;
       continue;
     }
+    if (a == "--fit-batch") {
+      o.fit_batch = true;
+      continue;
+    }
     if (i + 1 >= argc) throw std::invalid_argument("option " + a + " needs a value");
     const std::string v = argv[++i];
     if (a == "--preset") o.preset = v;
@@ -80,6 +100,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--peak-tflops") o.peak_tflops = std::stod(v);
     else if (a == "--dtype") o.dtype = v;
     else if (a == "--matmul-precision") o.matmul_precision = v;
+    else if (a == "--recompute") o.recompute = v;
     else if (a == "--profile") o.profile = v;
     else if (a == "--profile-steps") o.profile_steps = std::stoi(v);
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
@@ -89,6 +110,7 @@ Options parse(int argc, char** argv) {
     throw std::invalid_argument("--batch, --seq and --steps must be > 0, --warmup >= 0");
   }
   if (o.dtype != "bf16" && o.dtype != "fp32") throw std::invalid_argument("--dtype: expected bf16 or fp32, got " + o.dtype);
+  pipeline::model::parse_recompute(o.recompute);  // an unknown name is an error here
   if (o.cuda_graph && o.warmup < 4)
     throw std::invalid_argument("--cuda-graph needs --warmup >= 4 (3 eager steps, then the capture, before timing)");
   return o;
@@ -96,8 +118,19 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
+namespace {
+
+// The process's peak resident set so far, in GiB (Linux: ru_maxrss is in KiB).
+double peak_rss_gib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / (1 << 20);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) try {
-  const Options o = parse(argc, argv);
+  Options o = parse(argc, argv);
   const bool cuda = o.device.empty() ? torch::cuda::is_available() : o.device == "cuda";
   if (cuda && !torch::cuda::is_available()) throw std::runtime_error("--device cuda but no CUDA device");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
@@ -108,6 +141,7 @@ int main(int argc, char** argv) try {
                                 std::to_string(cfg.block_size));
   }
   if (o.cuda_graph && !cuda) throw std::invalid_argument("--cuda-graph needs CUDA");
+  if (o.fit_batch && (!cuda || o.cuda_graph)) throw std::invalid_argument("--fit-batch needs CUDA and no --cuda-graph");
 #ifdef PIPELINE_HAVE_CUDA
   if (cuda) {
     // Graph capture needs a stream other than the legacy default one; eager runs on it too.
@@ -117,20 +151,23 @@ int main(int argc, char** argv) try {
 #endif
   m::GPT model(cfg, 1337);
   model->to(device);
+  model->set_recompute(m::parse_recompute(o.recompute));
   m::AdamW opt(model->named_parameters());
   auto params = model->parameters();
   const bool autocast = o.dtype == "bf16";
+  const auto peak = m::resolve_peak_flops(o.peak_tflops, cuda, m::device_name(device));
+  const auto loss_path = model->loss_path(device, autocast && cuda ? torch::kBFloat16 : torch::kFloat);
+
   // One window of B*T+1 tokens, as the training graph feeds them: x and y are views of it.
-  auto tokens = torch::randint(cfg.vocab_size, {o.batch * o.seq + 1},
-                               torch::TensorOptions().dtype(torch::kLong).device(device));
-  auto x = tokens.narrow(0, 0, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
-  auto y = tokens.narrow(0, 1, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
+  torch::Tensor tokens, x, y;
+  auto make_batch = [&] {
+    tokens = torch::randint(cfg.vocab_size, {o.batch * o.seq + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
+    x = tokens.narrow(0, 0, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
+    y = tokens.narrow(0, 1, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
+  };
+  make_batch();
 
   const auto mode = std::string(o.cuda_graph ? "cuda_graph" : "eager");
-  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s\n", o.preset.c_str(),
-              static_cast<long long>(cfg.num_parameters()), static_cast<long long>(o.batch),
-              static_cast<long long>(o.seq), autocast ? "bf16 autocast" : "fp32", mode.c_str(), cuda ? "cuda" : "cpu");
-
   torch::Tensor loss;
   std::unique_ptr<m::CapturedStep> graphs;
   int steps_done = 0;
@@ -154,7 +191,31 @@ int main(int argc, char** argv) try {
       graphs = std::make_unique<m::CapturedStep>(model, opt, m::CapturedStepOptions{o.batch, o.seq, 1, 1.0, autocast});
     }
   };
-  for (int i = 0; i < o.warmup; ++i) step();
+  // --fit-batch: the first step at each batch size is the trial; out of memory, half the batch.
+  for (;;) {
+    try {
+      step();
+      if (cuda) torch::cuda::synchronize();
+      break;
+    } catch (const c10::OutOfMemoryError&) {
+      if (!o.fit_batch || o.batch == 1) throw;
+      std::printf("bench_model: B=%lld does not fit in GPU memory; trying B=%lld\n", static_cast<long long>(o.batch),
+                  static_cast<long long>(o.batch / 2));
+      o.batch /= 2;
+      loss = torch::Tensor();
+      tokens = x = y = torch::Tensor();
+      opt.zero_grad();
+#ifdef PIPELINE_HAVE_CUDA
+      c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+      make_batch();
+    }
+  }
+  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s, recompute %s, loss %s\n",
+              o.preset.c_str(), static_cast<long long>(cfg.num_parameters()), static_cast<long long>(o.batch),
+              static_cast<long long>(o.seq), autocast ? "bf16 autocast" : "fp32", mode.c_str(), cuda ? "cuda" : "cpu",
+              o.recompute.c_str(), loss_path.why.c_str());
+  for (int i = 1; i < o.warmup; ++i) step();
 
   double ms = 0.0;
   double peak_gib = 0.0;
@@ -176,18 +237,20 @@ int main(int argc, char** argv) try {
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) step();
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps;
+    peak_gib = peak_rss_gib();
   }
 
   const double tokens_per_step = static_cast<double>(o.batch * o.seq);
   const double tok_s = tokens_per_step / (ms / 1e3);
   const double flops = cfg.flops_per_token(o.seq) * tok_s;
-  const double mfu = cuda ? flops / (o.peak_tflops * 1e12) : 0.0;
+  const double mfu = peak.tflops > 0 ? flops / (peak.tflops * 1e12) : NAN;
   std::printf("loss %.4f after %d steps\n", loss.item<float>(), o.warmup + o.steps);
-  std::printf("%.2f ms/step  %.0f tokens/s  %.1f TFLOP/s", ms, tok_s, flops / 1e12);
-  if (cuda)
-    std::printf("  MFU %.1f%% (of %.0f TFLOP/s)  peak memory %.2f GiB", 100.0 * mfu,
-                o.peak_tflops, peak_gib);
-  std::printf("\n");
+  std::printf("%.2f ms/step  %.0f tokens/s  %.1f TFLOP/s (PaLM: 6N + 12LCT)", ms, tok_s, flops / 1e12);
+  if (std::isfinite(mfu))
+    std::printf("  MFU %.1f%% (of %g TFLOP/s, %s)", 100.0 * mfu, peak.tflops, peak.source.c_str());
+  else
+    std::printf("  MFU \xE2\x80\x94 (%s: --peak-tflops F sets it)", peak.source.c_str());
+  std::printf("  peak %s %.2f GiB\n", cuda ? "memory" : "resident set", peak_gib);
   if (!o.profile.empty()) {
     // After the timing, so the profiler's own cost never enters ms/step.
     namespace prof = torch::autograd::profiler;
@@ -202,8 +265,11 @@ int main(int argc, char** argv) try {
     prof::disableProfiler()->save(o.profile);
     std::printf("profile of %d steps: %s\n", o.profile_steps, o.profile.c_str());
   }
-  std::printf("result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f\n", mode.c_str(), ms, tok_s, mfu,
-              peak_gib);
+  std::printf(
+      "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
+      "peak_tflops=%g\n",
+      mode.c_str(), ms, tok_s, mfu, peak_gib, static_cast<long long>(o.batch), o.recompute.c_str(),
+      loss_path.fused ? "fused" : "chunked", peak.tflops);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());

@@ -17,6 +17,11 @@ as nanoGPT trains (TF32 matmuls, bf16 autocast, fused AdamW, optionally torch.co
 
 --profile TRACE.json records --profile-steps more steps after the timed ones with torch.profiler
 (CPU ops and CUDA kernels) into a Chrome trace, for tools/kernel_table.py beside bench_model's.
+
+--recompute takes bench_model's choices ([training] recompute, model/recompute.h): mlp recomputes
+the LayerNorms' and the GELU's outputs in backward (two autograd Functions here, as the pipeline's),
+block runs each block under torch.utils.checkpoint. On CUDA the line ends with the peak memory
+(torch.cuda.max_memory_allocated over the timed steps).
 """
 import contextlib
 import argparse
@@ -27,19 +32,77 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
-PRESETS = {  # n_layer, n_head, n_embd, block_size (model/gpt2.cpp)
+PRESETS = {  # n_layer, n_head, n_embd, block_size (model/gpt_config.cpp)
     "tiny": (2, 2, 64, 64),
     "small-cpu": (4, 4, 128, 128),
     "gpt2": (12, 12, 768, 1024),
+    "gpt2-medium": (24, 16, 1024, 1024),
+    "gpt2-large": (36, 20, 1280, 1024),
+    "gpt2-xl": (48, 25, 1600, 1024),
 }
 VOCAB, PADDED_VOCAB = 50257, 50304
 
 
+def _compute_dtype(x, weight):
+    kind = x.device.type
+    return torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else weight.dtype
+
+
+class LayerNormLinear(torch.autograd.Function):
+    """linear(layer_norm(x)) keeping x, not the LayerNorm's output (recomputed in backward)."""
+
+    @staticmethod
+    def forward(ctx, x, ln_w, ln_b, w, b):
+        dt = _compute_dtype(x, w)
+        h = F.layer_norm(x, (x.shape[-1],), ln_w, ln_b, 1e-5)
+        wc = w.to(dt)
+        ctx.save_for_backward(x, ln_w, ln_b, wc)
+        ctx.dtypes = (w.dtype, b.dtype)
+        return F.linear(h.to(dt), wc, b.to(dt))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, ln_w, ln_b, wc = ctx.saved_tensors
+        with torch.enable_grad():
+            xd = x.detach().requires_grad_(True)
+            h = F.layer_norm(xd, (x.shape[-1],), ln_w, ln_b, 1e-5)
+        g2 = g.to(wc.dtype).reshape(-1, wc.shape[0])
+        hc = h.detach().to(wc.dtype).reshape(-1, wc.shape[1])
+        grad_h = (g2 @ wc).view(h.shape).to(h.dtype)
+        gx, gw_ln, gb_ln = torch.autograd.grad(h, (xd, ln_w, ln_b), grad_h)
+        return gx, gw_ln, gb_ln, (g2.t() @ hc).to(ctx.dtypes[0]), g2.sum(0).to(ctx.dtypes[1])
+
+
+class GeluLinear(torch.autograd.Function):
+    """linear(gelu_tanh(u)) keeping u, not the GELU's output (recomputed in backward)."""
+
+    @staticmethod
+    def forward(ctx, u, w, b):
+        dt = _compute_dtype(u, w)
+        wc = w.to(dt)
+        ctx.save_for_backward(u, wc)
+        ctx.dtypes = (w.dtype, b.dtype)
+        return F.linear(F.gelu(u, approximate="tanh").to(dt), wc, b.to(dt))
+
+    @staticmethod
+    def backward(ctx, g):
+        u, wc = ctx.saved_tensors
+        with torch.enable_grad():
+            ud = u.detach().requires_grad_(True)
+            a = F.gelu(ud, approximate="tanh")
+        g2 = g.to(wc.dtype).reshape(-1, wc.shape[0])
+        grad_a = (g2 @ wc).view(a.shape).to(a.dtype)
+        (gu,) = torch.autograd.grad(a, (ud,), grad_a)
+        return gu, (g2.t() @ a.detach().to(wc.dtype).reshape(-1, wc.shape[1])).to(ctx.dtypes[0]), g2.sum(0).to(ctx.dtypes[1])
+
+
 class Block(nn.Module):
-    def __init__(self, n_head, n_embd):
+    def __init__(self, n_head, n_embd, recompute="none"):
         super().__init__()
         self.n_head = n_head
+        self.recompute = recompute
         self.ln_1 = nn.LayerNorm(n_embd)
         self.c_attn = nn.Linear(n_embd, 3 * n_embd)
         self.attn_proj = nn.Linear(n_embd, n_embd)
@@ -48,20 +111,33 @@ class Block(nn.Module):
         self.mlp_proj = nn.Linear(4 * n_embd, n_embd)
 
     def forward(self, x):
+        if self.recompute == "block" and self.training and torch.is_grad_enabled():
+            return torch.utils.checkpoint.checkpoint(self.layers, x, use_reentrant=False)
+        return self.layers(x)
+
+    def layers(self, x):
         B, T, C = x.shape
-        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        mlp = self.recompute == "mlp" and self.training and torch.is_grad_enabled()
+        if mlp:
+            qkv = LayerNormLinear.apply(x, self.ln_1.weight, self.ln_1.bias, self.c_attn.weight, self.c_attn.bias)
+        else:
+            qkv = self.c_attn(self.ln_1(x))
+        q, k, v = qkv.split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         x = x + self.attn_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+        if mlp:
+            u = LayerNormLinear.apply(x, self.ln_2.weight, self.ln_2.bias, self.c_fc.weight, self.c_fc.bias)
+            return x + GeluLinear.apply(u, self.mlp_proj.weight, self.mlp_proj.bias)
         return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
 class GPT(nn.Module):
-    def __init__(self, n_layer, n_head, n_embd, block_size):
+    def __init__(self, n_layer, n_head, n_embd, block_size, recompute="none"):
         super().__init__()
         self.wte = nn.Embedding(PADDED_VOCAB, n_embd)
         self.wpe = nn.Embedding(block_size, n_embd)
-        self.h = nn.ModuleList(Block(n_head, n_embd) for _ in range(n_layer))
+        self.h = nn.ModuleList(Block(n_head, n_embd, recompute) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(n_embd)
         for name, p in self.named_parameters():
             if name.endswith(".bias"):
@@ -89,6 +165,8 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="bf16: autocast of the forward")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--recompute", default="none", choices=["none", "mlp", "block"],
+                    help="activations computed again in backward, as bench_model --recompute")
     ap.add_argument("--profile", help="Chrome trace of --profile-steps steps after the timed ones")
     ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
@@ -97,7 +175,7 @@ def main():
     cuda = a.device == "cuda"
     if cuda:
         torch.set_float32_matmul_precision("high")
-    model = GPT(*PRESETS[a.preset]).to(a.device)
+    model = GPT(*PRESETS[a.preset], recompute=a.recompute).to(a.device)
     step_model = torch.compile(model) if a.compile else model
     autocast = (torch.autocast("cuda" if cuda else "cpu", dtype=torch.bfloat16) if a.dtype == "bf16"
                 else contextlib.nullcontext())
@@ -125,6 +203,8 @@ def main():
     for step in range(a.warmup + a.steps):
         if step == a.warmup:
             sync()
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
         t0 = time.perf_counter()
         loss = train_step(step)
@@ -141,9 +221,12 @@ def main():
             sync()
         prof.export_chrome_trace(a.profile)
     how = ("compiled" if a.compile else "eager") + f" {a.preset} {a.batch}x{a.seq} {a.dtype} on {a.device}"
+    if a.recompute != "none":
+        how += f", recompute {a.recompute}"
     tokens = a.batch * a.seq / (per_step / 1000)
+    memory = f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if cuda else ""
     print(f"{how}, {a.threads} threads: {per_step:.1f} ms/step, {tokens:,.0f} tokens/s over {a.steps} steps "
-          f"(median step {statistics.median(times):.1f} ms, loss {loss.item():.3f})")
+          f"(median step {statistics.median(times):.1f} ms, loss {loss.item():.3f}{memory})")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@
 # PIPELINE_WITH_PARQUET=OFF builds without Parquet input (otherwise pyarrow's Arrow C++ comes
 # pinned into PIPELINE_CACHE too); PIPELINE_WERROR=1 turns warnings into errors (CI). For tools/test.sh's sanitizer and fuzz
 # builds: PIPELINE_SANITIZE=address|thread, PIPELINE_FUZZ=1 (clang), PIPELINE_WITH_TORCH=OFF
-# (no LibTorch needed), PIPELINE_BUILD_TARGETS (build only these targets).
+# (no LibTorch needed), PIPELINE_BUILD_TARGETS (build only these targets), PIPELINE_TBB_DIR (the
+# TBBConfig.cmake directory of another oneTBB: tools/check_onetbb.sh).
 set -euo pipefail
 
 TORCH_VERSION=2.11.0
@@ -24,7 +25,7 @@ RUN=1
 for a in "$@"; do
   case $a in
     --no-run) RUN=0 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "setup.sh: unknown option $a (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -127,6 +128,8 @@ if [[ ${PIPELINE_SANITIZE:-} == thread ]]; then
   "$ROOT/tools/build_tsan_tbb.sh" "$TSAN_TBB"
   ARGS+=(-DTBB_DIR="$TSAN_TBB/lib/cmake/TBB")
 fi
+# Another oneTBB than the system's (tools/check_onetbb.sh: PyPI's tbb-devel of the 2022 series).
+[[ -n ${PIPELINE_TBB_DIR:-} ]] && ARGS+=(-DTBB_DIR="$PIPELINE_TBB_DIR")
 # libFuzzer comes with clang; the other builds use the default compiler (the one LibTorch was built with).
 [[ $FUZZ == ON ]] && ARGS+=(-DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++)
 if [[ ! -f $BUILD/build.ninja ]] || [[ "$(cat "$BUILD/.configure-args" 2>/dev/null)" != "${ARGS[*]}" ]]; then
