@@ -435,8 +435,11 @@ TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit")
 TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   auto root = temp_dir("tensorboard");
   const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  // HellaSwag on 8 items every 2 steps: evaluation lines with and without a validation loss.
   auto r = run(tiny_config(root / "run", input, kData + "tokens"), root / "run",
-               {"logging.tensorboard=true", "eval.every=4", "eval.batches=1", "eval.sample_tokens=0"});
+               {"logging.tensorboard=true", "eval.every=4", "eval.batches=1", "eval.sample_tokens=0",
+                "eval.hellaswag=\"" + std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl\"",
+                "eval.hellaswag_every=2", "eval.hellaswag_items=8"});
   REQUIRE(r.last_step == 8);
   python("tensorboard_scalars.py", "--logdir " + (root / "run").string() + " --out " + (root / "tb.json").string());
   const JsonValue tb = json_parse(read_file(root / "tb.json"));
@@ -467,6 +470,15 @@ TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   CHECK(series["val/loss"].size() == 2);
   CHECK(series["val/loss"].count(4) == 1);
   CHECK(series["val/loss"].count(8) == 1);
+  for (const char* tag : {"hellaswag/acc_norm", "hellaswag/acc", "hellaswag/items"}) {
+    CAPTURE(tag);
+    CHECK(series[tag].size() == 4);  // steps 2, 4, 6 and 8
+    for (int64_t step : {2, 4, 6, 8}) CHECK(series[tag].count(step) == 1);
+  }
+  CHECK(series["hellaswag/items"][8] == 8.0f);
+  CHECK(series["hellaswag/acc_norm"][8] >= 0.0f);
+  CHECK(series["hellaswag/acc_norm"][8] <= 1.0f);
+  CHECK(series.count("train/hellaswag_acc_norm") == 0);  // a line without val_loss is still an evaluation's
 
   // The pipeline's own series: every stage's busy share and every queue's occupancy, as shares.
   for (const char* stage : {"read", "pack", "h2d", "train", "log", "eval", "checkpoint"}) {

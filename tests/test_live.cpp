@@ -232,7 +232,7 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   q.current = 3;
   q.high_water = 8;
   s.queues = {q};
-  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}};
+  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}, {"hellaswag_acc_norm", 0.295}};
   s.verdict.kind = "stage";
   s.verdict.stage = "train";
   const std::string text = prometheus_text(s);
@@ -249,7 +249,10 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   CHECK(m.at(R"(pipeline_train_step{rank="0"})") == 40);
   CHECK(m.at(R"(pipeline_train_step_seconds{rank="0"})") == doctest::Approx(0.25));
   CHECK(m.at(R"(pipeline_bottleneck_info{stage="train",kind="stage",rank="0"})") == 1);
+  CHECK(m.at(R"(pipeline_train_hellaswag_acc_norm_ratio{rank="0"})") == doctest::Approx(0.295));
+  CHECK(contains(text, "# TYPE pipeline_train_hellaswag_acc_norm_ratio gauge\n"));
   CHECK(m.count(R"(pipeline_train_mfu_ratio{rank="0"})") == 0);  // not given: not invented
+  CHECK(m.count(R"(pipeline_train_hellaswag_acc_ratio{rank="0"})") == 0);
   for (const auto& sample : m)
     if (sample.first.find("_total{") != std::string::npos) CHECK_MESSAGE(sample.second >= 0, sample.first);
 }
