@@ -44,7 +44,7 @@ int lowest(const double* s) {
 
 }  // namespace
 
-HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, const HellaSwagOptions& options) {
+HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, const HellaSwagOptions& options) {
   const GPTConfig& cfg = model->config();
   datasets::check_hellaswag_fits(set, cfg.block_size);
   const auto total = static_cast<int64_t>(set.items.size());
@@ -54,8 +54,9 @@ HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, c
   torch::NoGradGuard no_grad;
   const bool training = model->is_training();
   model->eval();
-  auto sums = torch::zeros({4 * n}, torch::TensorOptions().dtype(torch::kFloat).device(device));  // (4n) per row
-  std::vector<int64_t> counts(static_cast<size_t>(4 * n));  // scored tokens per row
+  HellaSwagLosses out;
+  out.sums = torch::zeros({4 * n}, torch::TensorOptions().dtype(torch::kFloat).device(device));  // (4n)
+  out.counts.resize(static_cast<size_t>(4 * n));
   for (int64_t first = 0; first < n;) {
     Pass p = next_pass(set, first, n, cfg.block_size, options.batch_tokens);
     const auto R = static_cast<int64_t>(p.rows.size()), L = p.length;
@@ -70,7 +71,7 @@ HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, c
         target.push_back(row.tokens[t]);
         slot.push_back(r * L + static_cast<int64_t>(t - row.ending_begin));
       }
-      counts[static_cast<size_t>(4 * p.first + r)] = static_cast<int64_t>(row.tokens.size() - row.ending_begin);
+      out.counts[static_cast<size_t>(4 * p.first + r)] = static_cast<int64_t>(row.tokens.size() - row.ending_begin);
     }
     auto x = torch::tensor(ids, torch::kLong).view({R, L}).to(device);  // (R, L)
     auto features = model->features(x);                                   // (R, L, C)
@@ -80,13 +81,17 @@ HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, c
         logits, torch::tensor(target, torch::kLong).to(device),
         torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));  // (N)
     auto grid = torch::zeros({R * L}, losses.options()).index_copy_(0, torch::tensor(slot, torch::kLong).to(device), losses);
-    sums.narrow(0, 4 * p.first, R).copy_(grid.view({R, L}).sum(1));
+    out.sums.narrow(0, 4 * p.first, R).copy_(grid.view({R, L}).sum(1));
     first = p.end;
   }
   if (training) model->train();
+  return out;
+}
 
-  auto host = sums.to(torch::kCPU).to(torch::kDouble).contiguous();  // (4n)
-  const double* s = host.data_ptr<double>();
+HellaSwagResult hellaswag_result(const datasets::HellaSwagSet& set, const HellaSwagLosses& host) {
+  auto sums = host.sums.to(torch::kDouble).contiguous();  // (4n)
+  const double* s = sums.data_ptr<double>();
+  const int64_t n = sums.numel() / 4;
   HellaSwagResult result;
   result.n = n;
   result.predictions.resize(static_cast<size_t>(n));
@@ -94,7 +99,7 @@ HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, c
     double sum[4], mean[4];
     for (int e = 0; e < 4; ++e) {
       sum[e] = s[4 * i + e];
-      mean[e] = sum[e] / static_cast<double>(counts[static_cast<size_t>(4 * i + e)]);
+      mean[e] = sum[e] / static_cast<double>(host.counts[static_cast<size_t>(4 * i + e)]);
     }
     const int label = set.items[static_cast<size_t>(i)].label;
     const int pred_norm = lowest(mean);
@@ -103,6 +108,12 @@ HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, c
     result.correct_norm += pred_norm == label;
   }
   return result;
+}
+
+HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, const HellaSwagOptions& options) {
+  HellaSwagLosses losses = hellaswag_losses(model, set, options);
+  losses.sums = losses.sums.to(torch::kCPU);
+  return hellaswag_result(set, losses);
 }
 
 }  // namespace pipeline::model

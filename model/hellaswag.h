@@ -35,7 +35,18 @@ struct HellaSwagResult {
 
 /// Scores the set with `model` on its parameters' device, in eval mode and without gradients,
 /// under whatever autocast the calling thread has set. Throws (naming the file and line) when an
-/// ending does not fit the model's context.
+/// ending does not fit the model's context. Waits for the device at the end (one copy back).
 HellaSwagResult score_hellaswag(GPT& model, const datasets::HellaSwagSet& set, const HellaSwagOptions& options = {});
+
+/// The two halves of score_hellaswag, for a caller that fetches the losses itself (the eval
+/// stage: a non-blocking copy and an event it waits for off the device). The device half enqueues
+/// every forward pass on the current stream and returns without waiting:
+struct HellaSwagLosses {
+  torch::Tensor sums;           // (4n) fp32: each row's summed ending loss, item-major
+  std::vector<int64_t> counts;  // (4n): each row's ending tokens
+};
+HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, const HellaSwagOptions& options = {});
+/// The host half: predictions and accuracy from the losses, their sums on the host.
+HellaSwagResult hellaswag_result(const datasets::HellaSwagSet& set, const HellaSwagLosses& host);
 
 }  // namespace pipeline::model

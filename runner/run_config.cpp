@@ -101,7 +101,12 @@ const std::vector<config::Schema>& run_schemas() {
         .integer("sample_tokens", 48, "tokens generated from the prompt at each evaluation (0: none)", 0, 1e6)
         .string("prompt", "\n", "prompt of the generated sample")
         .floating("temperature", 0.8, "sampling temperature", 0.0, 100.0)
-        .integer("top_k", 40, "sample among the k most likely tokens (0: all)", 0, 1 << 24);
+        .integer("top_k", 40, "sample among the k most likely tokens (0: all)", 0, 1 << 24)
+        .string("hellaswag", "",
+                "HellaSwag accuracy at evaluations: the official hellaswag_val.jsonl (ctx, endings, label), "
+                "scored on eval's thread as build-nanogpt and llm.c score it (\"\": none; docs/eval.md)")
+        .integer("hellaswag_every", 0, "steps between HellaSwag scores (0: with every evaluation)", 0, 1e12)
+        .integer("hellaswag_items", 0, "HellaSwag items scored each time, the file's first (0: all)", 0, 1e9);
     s.emplace_back("checkpoint");
     s.back()
         .integer("every", 0, "steps between checkpoints (0: none during the run)", 0, 1e12)
@@ -199,7 +204,17 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
 
   auto e = sec("eval");
   rc.eval = {e.get_int("every"), e.get_int("batches"), e.get_int("sample_tokens"), e.get_string("prompt"),
-             e.get_float("temperature"), e.get_int("top_k")};
+             e.get_float("temperature"), e.get_int("top_k"), {}, e.get_int("hellaswag_every"),
+             e.get_int("hellaswag_items")};
+  if (const auto& hs = e.get_string("hellaswag"); !hs.empty()) {
+    rc.eval.hellaswag = config::resolve_data_path(hs, doc.file(), source_dir);
+    if (!fs::is_regular_file(rc.eval.hellaswag))
+      throw e.error("hellaswag", "no file at '" + rc.eval.hellaswag.string() +
+                                     "' (expected HellaSwag's hellaswag_val.jsonl: one object per line with ctx, "
+                                     "endings and label)");
+    if (rc.eval.every == 0 && rc.eval.hellaswag_every == 0)
+      throw e.error("hellaswag", "set, but nothing says when to score it: set [eval] every or hellaswag_every");
+  }
 
   auto c = sec("checkpoint");
   rc.checkpoint = {c.get_int("every"), c.get_int("keep"), c.get_bool("at_end"), c.get_string("on_error")};

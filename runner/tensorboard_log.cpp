@@ -31,9 +31,14 @@ bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pai
   scalars.clear();
   for (const auto& [key, value] : v.members) {
     if (key == "step" || value.type != JsonValue::Type::number) continue;
-    std::string name = key;
-    if (eval && name.starts_with("val_")) name = name.substr(4);
-    scalars.emplace_back((eval ? "val/" : "train/") + name, std::strtod(value.text.c_str(), nullptr));
+    std::string tag;
+    if (key.starts_with("hellaswag_"))
+      tag = "hellaswag/" + key.substr(10);
+    else if (eval && key.starts_with("val_"))
+      tag = "val/" + key.substr(4);
+    else
+      tag = (eval ? "val/" : "train/") + key;
+    scalars.emplace_back(tag, std::strtod(value.text.c_str(), nullptr));
   }
   return true;
 }

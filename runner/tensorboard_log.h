@@ -2,7 +2,8 @@
 // fed from two places, so that `tensorboard --logdir runs/` plots a run while it trains:
 //   - every metrics.jsonl line: each number except "step" becomes a scalar at that step, tagged
 //     train/<key> (loss, lr, grad_norm, tokens_per_s, ms_per_step, mfu, ...) or, for evaluation
-//     lines, val/<key without "val_"> (val/loss);
+//     lines, val/<key without "val_"> (val/loss), and HellaSwag's hellaswag/<key without
+//     "hellaswag_"> (hellaswag/acc_norm, hellaswag/acc, hellaswag/items);
 //   - every stats snapshot of the engine (about once a second): each stage's busy share and
 //     items/s and each queue's occupancy (graph::snapshot_scalars), at the training step reached
 //     when it was taken, one point per step at most (so the series stays ordered on resume).

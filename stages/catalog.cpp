@@ -85,7 +85,12 @@ PIPELINE_STAGE_DECLARE(record_batches, {.name = "record_batches",
                                         .doc = "passes batches through and records the input token ids trained on in RUN_DIR/batches[.rankR].u16",
                                         .input = graph::port("batch"),
                                         .output = graph::port("batch"),
-                                        .options = config::Schema().string("path", "", "file to record into (empty: RUN_DIR/batches[.rankR].u16)"),
+                                        .options = config::Schema()
+                                                       .string("path", "", "file to record into (empty: RUN_DIR/batches[.rankR].u16)")
+                                                       .boolean("last_target", false,
+                                                                "end the file with the last batch's last target (one token "
+                                                                "more), so it holds every input and target trained on "
+                                                                "(tools/parity_train.py replays a run from it)"),
                                         .ordered = true,
                                         .max_workers = 1});
 

@@ -1,18 +1,19 @@
 // eval: every [eval] every steps, the validation loss over a fixed set of batches from the
 // validation split and a short sample from a fixed prompt (KV cache, under the training's
-// autocast). It runs on its own thread and stream with its own copy of the model (weights handed
-// over by train), so neither training nor the input side waits for it.
+// autocast); with [eval] hellaswag, every hellaswag_every steps (default: with each of those), the
+// HellaSwag accuracy (model/hellaswag.h). It runs on its own thread and stream with its own copy
+// of the model (weights handed over by train), so neither training nor the input side waits for it.
 //
 // Stream order, not host waits: eval's stream waits on the step's event (after which train's
 // weight clones are complete) before copying them into its model, and records its stream on
 // each clone, so the caching allocator does not reuse a clone's memory until that copy has run,
-// whichever thread drops the step. The results (loss sum and the sample's ids) come back in one
-// pinned buffer and one event, waited for without spinning.
+// whichever thread drops the step. The results (loss sum, the sample's ids, HellaSwag's losses)
+// come back in pinned buffers behind one event, waited for without spinning.
 #include <cstdio>
-#include <optional>
 
 #include "base/nvtx.h"
 
+#include "datasets/hellaswag.h"
 #include "datasets/manifest.h"
 #include "datasets/parquet_reader.h"
 #include "datasets/split_tokens.h"
@@ -21,6 +22,7 @@
 #include "graph/stage.h"
 #include "model/autocast.h"
 #include "model/generate.h"
+#include "model/hellaswag.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
@@ -34,11 +36,18 @@ namespace {
 class Eval : public graph::Stage {
  public:
   explicit Eval(const graph::StageContext& ctx)
-      : rc_(run_context(ctx)), active_(rc_.cfg.eval.every > 0 && rc_.writer()) {
+      : rc_(run_context(ctx)), active_(rc_.cfg.eval.on() && rc_.writer()) {
     if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
     const std::string& own = ctx.options.get_string("dataset");
-    load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
-                    !own.empty(), ctx.name);
+    if (rc_.cfg.eval.every > 0)
+      load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
+                      !own.empty(), ctx.name);
+    // HellaSwag's items are read, tokenized and checked against the model's context now, while
+    // the graph is built: a bad file stops the run before it trains.
+    if (!rc_.cfg.eval.hellaswag.empty()) {
+      hellaswag_ = datasets::load_hellaswag(rc_.cfg.eval.hellaswag, rc_.cfg.eval.hellaswag_items);
+      datasets::check_hellaswag_fits(hellaswag_, rc_.model.block_size);
+    }
     // Built here, while the graph is built, not in initialize(): module constructors draw from
     // the global CPU generator, and train draws its dropout masks from it once it runs.
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
@@ -54,7 +63,7 @@ class Eval : public graph::Stage {
 #endif
     model_->to(rc_.device);
     model_->eval();
-    val_ = val_.to(rc_.device);
+    if (val_.defined()) val_ = val_.to(rc_.device);
   }
 
   void process(graph::Item in, graph::Emitter& out) override {
@@ -71,21 +80,24 @@ class Eval : public graph::Stage {
       }
     }
     const auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
+    const bool loss_due = r.eval->loss && val_.defined(), hellaswag_due = r.eval->hellaswag && !hellaswag_.items.empty();
     torch::Tensor loss_sum, ids;
+    model::HellaSwagLosses hellaswag;
     std::vector<int64_t> prompt;
     {
       torch::NoGradGuard no_grad;
       model::AutocastGuard autocast(rc_.device.type(), rc_.cfg.training.dtype == "bf16");
-      loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(rc_.device));
-      std::optional<NvtxRange> range(std::in_place, "validation loss");
-      for (int64_t i = 0; i < n_batches_; ++i) {
-        auto buf = val_.narrow(0, i * B * T, B * T + 1);  // (B*T+1)
-        auto x = buf.narrow(0, 0, B * T).view({B, T});    // (B, T)
-        auto y = buf.narrow(0, 1, B * T).view({B, T});    // (B, T)
-        loss_sum.add_(model_->loss(model_->forward(x), y));
+      if (loss_due) {
+        const NvtxRange range("validation loss");
+        loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(rc_.device));
+        for (int64_t i = 0; i < n_batches_; ++i) {
+          auto buf = val_.narrow(0, i * B * T, B * T + 1);  // (B*T+1)
+          auto x = buf.narrow(0, 0, B * T).view({B, T});    // (B, T)
+          auto y = buf.narrow(0, 1, B * T).view({B, T});    // (B, T)
+          loss_sum.add_(model_->loss(model_->forward(x), y));
+        }
       }
-      range.reset();
-      if (rc_.cfg.eval.sample_tokens > 0) {
+      if (loss_due && rc_.cfg.eval.sample_tokens > 0) {
         const NvtxRange sampling("sample (KV cache)");
         const auto& tok = datasets::Tokenizer::gpt2();
         auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
@@ -98,33 +110,54 @@ class Eval : public graph::Stage {
         so.seed = static_cast<uint64_t>(rc_.cfg.run.seed);
         ids = model::sample_on_device(model_, prompt, so);  // (sample_tokens) int64, on the device
       }
+      if (hellaswag_due) {
+        const NvtxRange range("HellaSwag");
+        hellaswag = model::hellaswag_losses(model_, hellaswag_);  // (4 * items) on the device
+      }
     }
-    // The sample's ids come back in one transfer, the loss sum in another, behind one event.
-    auto host_loss = to_host(loss_sum);
+    // The loss sum, the sample's ids and HellaSwag's losses come back in one transfer each,
+    // behind one event.
+    auto host_loss = loss_sum.defined() ? to_host(loss_sum) : torch::Tensor();
     auto host_ids = ids.defined() ? to_host(ids) : torch::Tensor();
+    if (hellaswag.sums.defined()) hellaswag.sums = to_host(hellaswag.sums);
     if (rc_.device.is_cuda()) {
       model::DeviceEvent fetched;
       fetched.record(stream);
       out.add_device_wait(fetched.wait());
     }
-    const double val_loss = host_loss.item<double>() / static_cast<double>(n_batches_);
-    std::string sample;
-    if (host_ids.defined()) {
-      const auto& tok = datasets::Tokenizer::gpt2();
-      std::vector<uint32_t> gen;
-      const auto* p = host_ids.data_ptr<int64_t>();
-      for (int64_t i = 0; i < host_ids.numel(); ++i)
-        if (p[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(p[i]));
-      sample = rc_.cfg.eval.prompt + tok.decode(gen);
+    const long long step = r.eval->step;
+    std::string text = "eval  step " + std::to_string(step), metric = "{\"step\":" + std::to_string(step);
+    char part[160];
+    if (host_loss.defined()) {
+      const double val_loss = host_loss.item<double>() / static_cast<double>(n_batches_);
+      std::snprintf(part, sizeof part, " | val loss %.4f over %lld batches", val_loss, static_cast<long long>(n_batches_));
+      text += part;
+      metric += ",\"val_loss\":" + std::to_string(val_loss);
     }
-    char line[128];
-    std::snprintf(line, sizeof line, "eval  step %lld | val loss %.4f over %lld batches", static_cast<long long>(r.eval->step),
-                  val_loss, static_cast<long long>(n_batches_));
-    std::string text = line;
-    if (!sample.empty()) text += "\n  sample: " + indent(sample);
+    if (hellaswag.sums.defined()) {
+      const model::HellaSwagResult h = model::hellaswag_result(hellaswag_, hellaswag);
+      std::snprintf(part, sizeof part, " | hellaswag acc_norm %.4f (acc %.4f, %lld items)", h.acc_norm(), h.acc(),
+                    static_cast<long long>(h.n));
+      text += part;
+      std::snprintf(part, sizeof part, ",\"hellaswag_acc_norm\":%.6f,\"hellaswag_acc\":%.6f,\"hellaswag_items\":%lld",
+                    h.acc_norm(), h.acc(), static_cast<long long>(h.n));
+      metric += part;
+    }
+    if (loss_due) {
+      std::string sample;
+      if (host_ids.defined()) {
+        const auto& tok = datasets::Tokenizer::gpt2();
+        std::vector<uint32_t> gen;
+        const auto* p = host_ids.data_ptr<int64_t>();
+        for (int64_t i = 0; i < host_ids.numel(); ++i)
+          if (p[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(p[i]));
+        sample = rc_.cfg.eval.prompt + tok.decode(gen);
+      }
+      if (!sample.empty()) text += "\n  sample: " + indent(sample);
+      metric += ",\"sample\":" + json_quote(sample);
+    }
     rc_.log->print(text);
-    rc_.log->metric("{\"step\":" + std::to_string(r.eval->step) + ",\"val_loss\":" + std::to_string(val_loss) +
-                    ",\"sample\":" + json_quote(sample) + "}");
+    rc_.log->metric(metric + "}");
   }
 
  private:
@@ -177,8 +210,9 @@ class Eval : public graph::Stage {
   RunContext& rc_;
   bool active_;
   model::GPT model_{nullptr};
-  torch::Tensor val_;
+  torch::Tensor val_;  // undefined when [eval] every = 0 (HellaSwag only)
   int64_t n_batches_ = 0;
+  datasets::HellaSwagSet hellaswag_;  // empty without [eval] hellaswag
 };
 
 // Declared, with its options, in stages/catalog.cpp.

@@ -70,6 +70,20 @@ struct EvalSection {
   std::string prompt = "\n";
   double temperature = 0.8;
   int64_t top_k = 40;
+  std::filesystem::path hellaswag;  // HellaSwag items (hellaswag_val.jsonl; "" = none)
+  int64_t hellaswag_every = 0;      // steps between HellaSwag scores (0 = with every evaluation)
+  int64_t hellaswag_items = 0;      // items scored (0 = all)
+
+  /// Whether the (1-based) step `step` computes the validation loss and sample; `last`: the
+  /// run's last step, which always does when evaluation is on.
+  bool loss_at(int64_t step, bool last) const { return every > 0 && (step % every == 0 || last); }
+  /// Whether it scores HellaSwag: every hellaswag_every steps (or `every`), and at the last.
+  bool hellaswag_at(int64_t step, bool last) const {
+    const int64_t k = hellaswag_every > 0 ? hellaswag_every : every;
+    return !hellaswag.empty() && k > 0 && (step % k == 0 || last);
+  }
+  /// Whether any step evaluates anything.
+  bool on() const { return every > 0 || hellaswag_at(0, true); }
 };
 
 struct CheckpointSection {

@@ -278,9 +278,11 @@ class Train : public graph::Stage {
     r.last = step_ >= cfg.training.steps;
     r.timing = std::move(timing_);
     if (sync_) sync_->average(loss_sum_, norm, r);  // the logged loss and norm: means over the ranks
-    if (cfg.eval.every > 0 && (step_ % cfg.eval.every == 0 || r.last) && rc_.writer()) {
+    if ((cfg.eval.loss_at(step_, r.last) || cfg.eval.hellaswag_at(step_, r.last)) && rc_.writer()) {
       auto w = std::make_shared<EvalWeights>();
       w->step = step_;
+      w->loss = cfg.eval.loss_at(step_, r.last);
+      w->hellaswag = cfg.eval.hellaswag_at(step_, r.last);
       torch::NoGradGuard no_grad;
       for (const auto& p : model_->named_parameters()) w->weights.emplace_back(p.key(), p.value().detach().clone());
       r.eval = std::move(w);

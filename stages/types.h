@@ -121,6 +121,8 @@ std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens
 /// the step's `done` event was recorded (eval orders its stream after that event).
 struct EvalWeights {
   int64_t step = 0;
+  bool loss = true;        // the validation loss and sample are due ([eval] every)
+  bool hellaswag = false;  // HellaSwag is due ([eval] hellaswag_every)
   model::NamedTensors weights;
 };
 
@@ -155,7 +157,7 @@ struct StepResult {
   std::shared_ptr<dist::Work> reduced;  // data parallel on the CPU: the all-reduce averaging them
   std::chrono::steady_clock::time_point issued;  // when train finished issuing the step
   bool last = false;
-  std::shared_ptr<const EvalWeights> eval;                  // every eval.every steps
+  std::shared_ptr<const EvalWeights> eval;                  // at evaluation steps (EvalSection)
   std::shared_ptr<const model::CheckpointState> checkpoint;  // every checkpoint.every steps and at the end
   DataCursor cursor;                                         // where the data continues after this step
 };

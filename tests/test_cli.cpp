@@ -275,6 +275,46 @@ TEST_CASE("a short run, its stats, and generate and eval from its checkpoint") {
   fs::remove_all(dir);
 }
 
+TEST_CASE("[eval] hellaswag: a missing or malformed file is an error before the run trains") {
+  auto dir = temp_dir("hellaswag");
+  const std::string base = "run " + kQuick + " --set training.steps=4 --set training.seq_len=32 --set eval.every=2 " +
+                           "--set eval.batches=1 --set eval.sample_tokens=0 --set run.dir=";
+  // The path is checked with the config (pipeline check says it too), naming the key.
+  auto missing = sh("check " + kQuick + " --set eval.hellaswag=\"" + (dir / "none.jsonl").string() + "\"");
+  CHECK(missing.code != 0);
+  CHECK(contains(missing.out, "[eval] hellaswag"));
+  CHECK(contains(missing.out, "no file at '" + (dir / "none.jsonl").string() + "'"));
+  const fs::path items = dir / "items.jsonl";
+  test_util::write_file(items, "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n");
+  auto never = sh("check " + kQuick + " --set eval.every=0 --set eval.hellaswag=\"" + items.string() + "\"");
+  CHECK(never.code != 0);
+  CHECK(contains(never.out, "nothing says when to score it"));
+  // The items are read and checked while the graph is built: no step is trained.
+  test_util::write_file(items, "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n"
+                               "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 7}\n");
+  auto bad = sh(base + (dir / "bad").string() + " --set eval.hellaswag=\"" + items.string() + "\"");
+  INFO(bad.out);
+  CHECK(bad.code != 0);
+  CHECK(contains(bad.out, items.string() + ":2: field 'label': expected 0, 1, 2 or 3, got the number 7"));
+  CHECK(!contains(bad.out, "step      1/4"));
+  // A good file: scored with every evaluation, HellaSwag alone every hellaswag_every steps.
+  test_util::write_file(items, "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n"
+                               "{\"ctx\": \"The cat\", \"endings\": [\"sat.\", \"ran.\", \"flew.\", \"slept.\"], \"label\": \"3\"}\n");
+  auto good = sh(base + (dir / "good").string() + " --set model.preset=tiny --set eval.every=4 --set eval.hellaswag_every=1 " +
+                 "--set eval.hellaswag=\"" + items.string() + "\"");
+  INFO(good.out);
+  REQUIRE(good.code == 0);
+  CHECK(contains(good.out, "eval  step 1 | hellaswag acc_norm "));
+  CHECK(contains(good.out, "eval  step 4 | val loss "));
+  const std::string metrics = test_util::read_file(dir / "good" / "metrics.jsonl");
+  CHECK(contains(metrics, "{\"step\":2,\"hellaswag_acc_norm\":"));
+  CHECK(contains(metrics, ",\"hellaswag_items\":2"));
+  auto st = sh("stats " + (dir / "good").string());
+  CHECK(contains(st.out, "evaluations (metrics.jsonl):"));
+  CHECK(contains(st.out, "hellaswag acc_norm "));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a run started with stdout and stderr closed keeps its files clean and its log whole") {
   // A closed descriptor would be the next file's number: what the run prints went into metrics.jsonl.
   auto dir = temp_dir("closed");

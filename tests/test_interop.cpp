@@ -9,6 +9,8 @@
 //     the stage and queue series;
 //   - llm.c shards written by a Python script after llm.c's layout train exactly as our own token
 //     shards do, resume exactly, and `pipeline prepare --format llmc` output reads back in Python.
+//   - a training run from a transformers checkpoint follows PyTorch's trajectory step by step
+//     (tools/parity_train.py: losses, grad norms, learning rates, final weights);
 //   - HellaSwag: `pipeline eval --hellaswag` on an exported model predicts, item for item, what
 //     transformers predicts with the same rule (tests/interop/hellaswag_reference.py).
 // Exits 77 (CTest: skipped) when no Python with transformers, safetensors and tensorboard is
@@ -333,6 +335,41 @@ TEST_CASE("transformers -> init_from: every layout loads with the same logits") 
   fs::remove_all(root);
 }
 
+TEST_CASE("the training trajectory is PyTorch's, step by step (tools/parity_train.py)") {
+  // small-cpu's shape from a transformers checkpoint; 50 steps of 2 micro-batches, warmup then
+  // cosine, clipping at 1 (active: a fresh model's gradient norms are above it), fp32 on the CPU.
+  // The batches are recorded with their last target, and PyTorch replays them from the same
+  // weights the nanoGPT way: every step's loss, grad norm and learning rate, and the final
+  // weights, must agree (parity_train.py's fp32 tolerances: 1e-5, 1e-5, 1e-6 and 1e-4).
+  auto root = temp_dir("parity");
+  write_input(root / "in.json", fixed_batch(1, 8),
+              R"({"n_layer":4,"n_head":4,"n_embd":128,"n_positions":128,"vocab_size":50257})");
+  python("hf_reference.py", "make-model --layout save_pretrained --out " + (root / "hf").string() + " --input " +
+                                (root / "in.json").string());
+  std::string toml = init_from_config(root / "run", root / "hf");
+  const std::string to_h2d = "[stages.h2d]\ntype = \"h2d\"\ninput = \"pack\"\n";
+  REQUIRE(toml.find(to_h2d) != std::string::npos);
+  toml.replace(toml.find(to_h2d), to_h2d.size(),
+               "[stages.rec]\ntype = \"record_batches\"\ninput = \"pack\"\nlast_target = true\n"
+               "[stages.h2d]\ntype = \"h2d\"\ninput = \"rec\"\n");
+  auto r = run(toml, root / "run",
+               {"training.steps=50", "training.grad_accum=2", "training.batch_size=4", "training.seq_len=64",
+                "training.grad_clip=1.0", "optimizer.lr=1e-3", "optimizer.min_lr=1e-4", "optimizer.warmup_steps=10",
+                "optimizer.weight_decay=0.1", "checkpoint.every=0"});
+  REQUIRE(r.last_step == 50);
+  CHECK(fs::file_size(root / "run" / "batches.u16") == 2 * (50 * 2 * 4 * 64 + 1));
+  auto out = test_util::shell(kPython + " " + (fs::path(PIPELINE_SOURCE_DIR) / "tools" / "parity_train.py").string() +
+                              " " + (root / "run").string() + " --pipeline " + PIPELINE_EXE + " --json " +
+                              (root / "parity.json").string());
+  MESSAGE(out.out);
+  CHECK(out.code == 0);
+  const JsonValue verdict = json_parse(read_file(root / "parity.json"));
+  CHECK(verdict.flag("ok"));
+  CHECK(verdict.array("steps").size() == 50);
+  CHECK(verdict.number("clipped_steps") >= 1);  // the clipping is exercised
+  if (verdict.flag("ok")) fs::remove_all(root);
+}
+
 TEST_CASE("every preset from gpt2 to gpt2-xl: transformers builds the tensors we write and read") {
   // Shapes only (transformers builds each model on the meta device): gpt2-xl's 6 GB of weights
   // are not needed to check that our config.json describes the model whose tensors we write.
@@ -398,9 +435,12 @@ TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit")
 TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   auto root = temp_dir("tensorboard");
   const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  // HellaSwag on 8 items every 2 steps: evaluation lines with and without a validation loss.
   auto r = run(tiny_config(root / "run", input, kData + "tokens"), root / "run",
                {"logging.tensorboard=true", "eval.every=4", "eval.batches=1", "eval.sample_tokens=0",
-                "logging.peak_tflops=0.001"});  // the CPU has no peak of its own: MFU only when it is set
+                 "logging.peak_tflops=0.001",  // the CPU has no peak of its own: MFU only when it is set
+                 "eval.hellaswag=\"" + std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl\"",
+                 "eval.hellaswag_every=2", "eval.hellaswag_items=8"});
   REQUIRE(r.last_step == 8);
   python("tensorboard_scalars.py", "--logdir " + (root / "run").string() + " --out " + (root / "tb.json").string());
   const JsonValue tb = json_parse(read_file(root / "tb.json"));
@@ -431,6 +471,15 @@ TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   CHECK(series["val/loss"].size() == 2);
   CHECK(series["val/loss"].count(4) == 1);
   CHECK(series["val/loss"].count(8) == 1);
+  for (const char* tag : {"hellaswag/acc_norm", "hellaswag/acc", "hellaswag/items"}) {
+    CAPTURE(tag);
+    CHECK(series[tag].size() == 4);  // steps 2, 4, 6 and 8
+    for (int64_t step : {2, 4, 6, 8}) CHECK(series[tag].count(step) == 1);
+  }
+  CHECK(series["hellaswag/items"][8] == 8.0f);
+  CHECK(series["hellaswag/acc_norm"][8] >= 0.0f);
+  CHECK(series["hellaswag/acc_norm"][8] <= 1.0f);
+  CHECK(series.count("train/hellaswag_acc_norm") == 0);  // a line without val_loss is still an evaluation's
 
   // The pipeline's own series: every stage's busy share and every queue's occupancy, as shares.
   for (const char* stage : {"read", "pack", "h2d", "train", "log", "eval", "checkpoint"}) {

@@ -232,7 +232,7 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   q.current = 3;
   q.high_water = 8;
   s.queues = {q};
-  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}};
+  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}, {"hellaswag_acc_norm", 0.295}};
   s.verdict.kind = "stage";
   s.verdict.stage = "train";
   const std::string text = prometheus_text(s);
@@ -249,7 +249,10 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   CHECK(m.at(R"(pipeline_train_step{rank="0"})") == 40);
   CHECK(m.at(R"(pipeline_train_step_seconds{rank="0"})") == doctest::Approx(0.25));
   CHECK(m.at(R"(pipeline_bottleneck_info{stage="train",kind="stage",rank="0"})") == 1);
+  CHECK(m.at(R"(pipeline_train_hellaswag_acc_norm_ratio{rank="0"})") == doctest::Approx(0.295));
+  CHECK(contains(text, "# TYPE pipeline_train_hellaswag_acc_norm_ratio gauge\n"));
   CHECK(m.count(R"(pipeline_train_mfu_ratio{rank="0"})") == 0);  // not given: not invented
+  CHECK(m.count(R"(pipeline_train_hellaswag_acc_ratio{rank="0"})") == 0);
   for (const auto& sample : m)
     if (sample.first.find("_total{") != std::string::npos) CHECK_MESSAGE(sample.second >= 0, sample.first);
 }
@@ -533,6 +536,8 @@ TEST_CASE("browser: the live page draws the running graph, and a finished run's 
   const std::string dom2 = dump_dom(browser, url, 3000);
   const Snapshot now = g.snapshot_after(0);
   g.finish();
+  // Once the run has ended, the live page shows the steady state the verdict judged, and says so.
+  const std::string ended = dump_dom(browser, url, 1500);
 
   INFO(dom1.substr(0, 4000));
   for (const char* stage : {"src", "slow", "fast", "sink"})
@@ -553,15 +558,31 @@ TEST_CASE("browser: the live page draws the running graph, and a finished run's 
   const std::string items2 = attribute(dom2, "data-stage=\"sink\"", "data-items");
   CHECK(std::stoll(items2) > std::stoll(items1));
 
-  // The same page for the finished run, from its stats.jsonl, standing alone: the slider starts
-  // at the end; #t=SECONDS picks an earlier report.
+  CHECK(contains(ended, "finished"));
+  CHECK(attribute(ended, "id=\"judged\"", "data-judged") == "true");
+  CHECK(contains(ended, "Shown: each stage and edge over the steady state the verdict judged."));
+
+  // The same page for the finished run, from its stats.jsonl, standing alone: it opens at the
+  // end of the steady state the verdict judged and says so; the slider goes anywhere, and
+  // #t=SECONDS picks another report.
   auto series = load_run_series(g.dir.path);
   auto events = load_run_events(g.dir.path);
   REQUIRE(series.size() >= 5);
+  REQUIRE(series.back().finished);
+  REQUIRE(series.back().has_steady());
   test_util::write_file(g.dir / "run.html", run_page_html(series, events, "live test"));
   const std::string file = "file://" + (g.dir / "run.html").string();
-  const std::string end = dump_dom(browser, file, 500);
+  const std::string opened = dump_dom(browser, file, 500);
+  const std::string end = dump_dom(browser, file + "#t=100000", 500);
   const std::string early = dump_dom(browser, file + "#t=1", 500);
+  INFO(opened.substr(0, 4000));
+  CHECK(attribute(opened, "id=\"judged\"", "data-judged") == "true");
+  CHECK(contains(opened, "Shown: the end of the steady state the verdict judged."));
+  const double opened_t = std::stod(attribute(opened, "id=\"status\"", "data-t"));
+  CHECK(opened_t <= series.back().steady_to_s + 1e-6);
+  CHECK(opened_t > series.back().steady_to_s - 0.5);  // the last report inside the window (every 0.2 s)
+  CHECK(attribute(end, "id=\"judged\"", "data-judged") == "false");
+  CHECK(contains(end, "The verdict judged the steady state"));
   INFO(end.substr(0, 4000));
   for (const char* stage : {"src", "slow", "fast", "sink"})
     CHECK(contains(end, "class=\"stage\" data-stage=\"" + std::string(stage) + "\""));

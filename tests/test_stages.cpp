@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <any>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -13,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "datasets/dataset_reader.h"
 #include "graph/engine.h"
 #include "graph/observe/stats.h"
 #include "runner/run_setup.h"
@@ -70,6 +72,33 @@ TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches
   auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k");
   REQUIRE(text.losses.size() == 8);
   CHECK(text.losses == tokens.losses);
+  fs::remove_all(root);
+}
+
+TEST_CASE("record_batches with last_target: the file is every input and target trained on") {
+  // 8 steps x 2 micro-batches of B*T = 64 tokens, then the last batch's last target: the token
+  // stream's first 1025 tokens (read_tokens and pack cut it without gaps or overlaps but the one
+  // token each window shares with the next). Without last_target, one token fewer.
+  auto root = temp_dir("record");
+  const std::string input =
+      "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
+      "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
+      "[stages.rec]\ntype = \"record_batches\"\ninput = \"pack\"\nlast_target = true\n"
+      "[stages.h2d]\ntype = \"h2d\"\ninput = \"rec\"\ncapacity = 2\n";
+  auto with = run(tiny_config(root / "with", input, kData + "tokens"), root / "with", {"training.grad_accum=2"});
+  REQUIRE(with.last_step == 8);
+  datasets::TokenDatasetReader reader;
+  reader.open(kData + "tokens", "train");
+  std::vector<uint16_t> stream(8 * 2 * 64 + 1);
+  REQUIRE(reader.read(stream) == stream.size());
+  const std::string recorded = test_util::read_file(root / "with" / "batches.u16");
+  REQUIRE(recorded.size() == 2 * stream.size());
+  CHECK(std::memcmp(recorded.data(), stream.data(), recorded.size()) == 0);
+  std::string plain = input;
+  plain.replace(plain.find("last_target = true\n"), 19, "");
+  auto without = run(tiny_config(root / "without", plain, kData + "tokens"), root / "without", {"training.grad_accum=2"});
+  CHECK(without.losses == with.losses);
+  CHECK(test_util::read_file(root / "without" / "batches.u16") == recorded.substr(0, recorded.size() - 2));
   fs::remove_all(root);
 }
 

@@ -1,6 +1,8 @@
 // `pipeline stats RUN_DIR`: the summary table and bottleneck verdict of a finished or running
-// run (from its stats files), plus a chart written as SVG (the graph at its steady state above
-// each edge's occupancy over time) and, with --html, the live page standing alone for the run.
+// run (from its stats files), its evaluations (metrics.jsonl), plus a chart written as SVG (the
+// graph at its steady state above each edge's occupancy over time) and, with --html, the live
+// page standing alone for the run.
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -9,6 +11,7 @@
 
 #include "cli.h"
 #include "base/atomic_file.h"
+#include "base/json.h"
 #include "graph/observe/live_page.h"
 #include "graph/observe/stats.h"
 #include "runner/rank_stats.h"
@@ -24,6 +27,34 @@ std::vector<pipeline::graph::Snapshot> thin(const std::vector<pipeline::graph::S
   for (size_t i = 0; i + 1 < most; ++i) out.push_back(series[static_cast<size_t>(static_cast<double>(i) * stride)]);
   out.push_back(series.back());
   return out;
+}
+
+// The run's evaluations from its metrics.jsonl (the validation loss, HellaSwag's accuracy), the
+// last `most` of them, one line each; nothing when it has none.
+void print_evaluations(std::ostream& os, const std::filesystem::path& dir, size_t most = 20) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<std::string> rows;
+  char buf[256];
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"val_loss\"") == std::string::npos && line.find("\"hellaswag_acc_norm\"") == std::string::npos)
+      continue;
+    pipeline::JsonValue v;
+    try {
+      v = pipeline::json_parse(line);
+    } catch (const pipeline::JsonParseError&) {
+      continue;  // a line cut short by a crash: the others still count
+    }
+    int n = std::snprintf(buf, sizeof buf, "  step %8.0f", v.number("step"));
+    if (v.find("val_loss")) n += std::snprintf(buf + n, sizeof buf - n, "  val loss %.4f", v.number("val_loss"));
+    if (v.find("hellaswag_acc_norm"))
+      std::snprintf(buf + n, sizeof buf - n, "  hellaswag acc_norm %.4f acc %.4f (%.0f items)", v.number("hellaswag_acc_norm"),
+                    v.number("hellaswag_acc"), v.number("hellaswag_items"));
+    rows.emplace_back(buf);
+  }
+  if (rows.empty()) return;
+  os << "\nevaluations (metrics.jsonl"
+     << (rows.size() > most ? ", the last " + std::to_string(most) + " of " + std::to_string(rows.size()) : "") << "):\n";
+  for (size_t i = rows.size() > most ? rows.size() - most : 0; i < rows.size(); ++i) os << rows[i] << "\n";
 }
 
 // "gpt2-20261122-120000" for "runs/gpt2-20261122-120000/".
@@ -58,6 +89,7 @@ int stats_main(const std::vector<std::string>& args) {
   // for a run still going).
   graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
                        s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
+  print_evaluations(std::cout, dir);
   auto series = graph::load_run_series(dir);
   auto events = graph::load_run_events(dir);
   if (!events.empty()) {
@@ -88,6 +120,7 @@ PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a r
                   "usage: pipeline stats RUN_DIR [--svg FILE] [--html FILE]\n"
                   "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
                   "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
+                  "the evaluations of RUN_DIR/metrics.jsonl (validation loss, HellaSwag accuracy),\n"
                   "the timeline of verdict changes and autotune decisions, and writes the edges' occupancy\n"
                   "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).\n"
                   "--html FILE writes the page `pipeline run --serve` shows live, standing alone, for this run:\n"
