@@ -438,9 +438,9 @@ TEST_CASE("TensorBoard reads back the run's scalars: tags, steps and values") {
   // HellaSwag on 8 items every 2 steps: evaluation lines with and without a validation loss.
   auto r = run(tiny_config(root / "run", input, kData + "tokens"), root / "run",
                {"logging.tensorboard=true", "eval.every=4", "eval.batches=1", "eval.sample_tokens=0",
-                 "logging.peak_tflops=0.001",  // the CPU has no peak of its own: MFU only when it is set
-                 "eval.hellaswag=\"" + std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl\"",
-                 "eval.hellaswag_every=2", "eval.hellaswag_items=8"});
+                "logging.peak_tflops=0.001",  // the CPU has no peak of its own: MFU only when it is set
+                "eval.hellaswag=\"" + std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl\"",
+                "eval.hellaswag_every=2", "eval.hellaswag_items=8"});
   REQUIRE(r.last_step == 8);
   python("tensorboard_scalars.py", "--logdir " + (root / "run").string() + " --out " + (root / "tb.json").string());
   const JsonValue tb = json_parse(read_file(root / "tb.json"));
