@@ -132,35 +132,27 @@ std::string sets(int steps, int delay_ms, const std::vector<std::string>& more =
   return out;
 }
 
-// The template for a test: 2 nodes, one rank each, no GPUs; the time and the warning's lead given
-// here (sbatch's command line wins over the script's #SBATCH lines), its output in `out`.
-std::string template_job(const fs::path& cfg, const fs::path& run_dir, const fs::path& out, const std::string& time,
-                         const std::string& extra) {
-  return "--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 --time=" + time + " --output=" +
-         quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(kExe) +
-         ",PIPELINE_CONFIG=" + quote(cfg.string()) + ",PIPELINE_RUN_DIR=" + quote(run_dir.string()) + " " +
-         extra + " " + quote(kTemplate);
-}
+// One case on a cluster of its own: its scratch directory, the cluster, the letters, and the run
+// it submits with the template (its config, its run directory, the job's output file).
+struct Case {
+  fs::path root;
+  Cluster c;
+  fs::path data, cfg, run_dir, out;
+  explicit Case(const std::string& tag)
+      : root(temp_dir(tag)), c(root), data(make_letters_dataset(root)), cfg(write_config(root, "run", data)),
+        run_dir(root / "run"), out(root / "run.out") {}
 
-std::vector<uint16_t> read_u16(const fs::path& p) {
-  auto bytes = test_util::read_file(p);
-  std::vector<uint16_t> out(bytes.size() / 2);
-  std::memcpy(out.data(), bytes.data(), out.size() * 2);
-  return out;
-}
-
-model::CheckpointState final_checkpoint(const fs::path& run_dir) {
-  auto ckpt = stages::latest_checkpoint(run_dir);
-  REQUIRE(!ckpt.empty());
-  return model::read_checkpoint(ckpt.string());
-}
-
-bool same_weights(const model::CheckpointState& a, const model::CheckpointState& b) {
-  if (a.model.size() != b.model.size()) return false;
-  for (size_t i = 0; i < a.model.size(); ++i)
-    if (!torch::equal(a.model[i].second, b.model[i].second)) return false;
-  return true;
-}
+  /// Submits the template: 2 nodes, one rank each, no GPUs, `time` and `extra` given here
+  /// (sbatch's command line wins over the script's #SBATCH lines), `steps` of `delay_ms` at least,
+  /// the store on a port free now. The job's id.
+  std::string submit(const std::string& time, const std::string& extra, int steps, int delay_ms) const {
+    return c.sbatch("--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 --time=" + time +
+                    " --output=" + quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(kExe) +
+                    ",PIPELINE_CONFIG=" + quote(cfg.string()) + ",PIPELINE_RUN_DIR=" + quote(run_dir.string()) + " " +
+                    extra + " " + quote(kTemplate) +
+                    sets(steps, delay_ms, {"run.master_port=" + std::to_string(test_util::free_port())}));
+  }
+};
 
 // metrics.jsonl's lines: every step's number, in the order logged, and the allocations' start lines.
 struct Metrics {
@@ -293,20 +285,17 @@ TEST_CASE("srun -N2 -n2 trains what torchrun trains with 2 ranks; a batch script
 }
 
 TEST_CASE("a 1-minute time limit: the run checkpoints, requeues itself and completes, each step once") {
-  auto root = temp_dir("slurm_requeue");
-  Cluster c(root);
-  auto data = make_letters_dataset(root);
+  Case k("slurm_requeue");
+  const auto& c = k.c;
   // 240 steps of at least 500 ms: 2 minutes. An allocation trains 55 s at most (the warning comes
   // 5 s before its minute, or up to 30 s sooner), so it takes 3 allocations or more.
   constexpr int kSteps = 240;
-  Uninterrupted ref(c, root, data, kSteps);
-  const auto cfg = write_config(root, "run", data), run_dir = root / "run", out = root / "run.out";
+  Uninterrupted ref(c, k.root, k.data, kSteps);
   const auto t0 = Clock::now();
-  auto id = c.sbatch(template_job(cfg, run_dir, out, "1", "--signal=B:USR1@5") +
-                     sets(kSteps, 500, {"run.master_port=" + std::to_string(test_util::free_port())}));
+  auto id = k.submit("1", "--signal=B:USR1@5", kSteps, 500);
   const auto state = c.wait_job(id, std::chrono::seconds(540));
   const double took = std::chrono::duration<double>(Clock::now() - t0).count();
-  const auto log = test_util::read_file(out);
+  const auto log = test_util::read_file(k.out);
   INFO(log);
   REQUIRE(state == "COMPLETED");
   const int restarts = std::stoi(c.job(id, "Restarts"));
@@ -323,7 +312,7 @@ TEST_CASE("a 1-minute time limit: the run checkpoints, requeues itself and compl
   CHECK(contains(log, "the run ended with status 0"));
   // metrics.jsonl: every step once, in order; each allocation's line with the job and its restart,
   // starting where the one before stopped (its checkpoint).
-  auto m = read_metrics(run_dir);
+  auto m = read_metrics(k.run_dir);
   REQUIRE(m.steps.size() == static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s) CHECK_MESSAGE(m.steps[static_cast<size_t>(s)] == s + 1, "line " << s);
   REQUIRE(m.starts.size() == static_cast<size_t>(restarts + 1));
@@ -342,16 +331,14 @@ TEST_CASE("a 1-minute time limit: the run checkpoints, requeues itself and compl
     }
   }
   // The run that was requeued is the run that was not: losses, tokens and weights.
-  check_same_run(run_dir, ref.get(), kSteps);
+  check_same_run(k.run_dir, ref.get(), kSteps);
 }
 
 TEST_CASE("scancel mid-run: one checkpoint at the last step trained, the job cancelled, no requeue") {
-  auto root = temp_dir("slurm_scancel");
-  Cluster c(root);
-  auto data = make_letters_dataset(root);
-  const auto cfg = write_config(root, "run", data), run_dir = root / "run", out = root / "run.out";
-  auto id = c.sbatch(template_job(cfg, run_dir, out, "5", "") +
-                     sets(200, 300, {"run.master_port=" + std::to_string(test_util::free_port())}));
+  Case k("slurm_scancel");
+  const auto& c = k.c;
+  const auto &run_dir = k.run_dir, &out = k.out;
+  auto id = k.submit("5", "", 200, 300);
   REQUIRE_MESSAGE(wait_for_step(run_dir, 10, std::chrono::seconds(120)), test_util::read_file(out));
   auto r = c.sh("scancel " + id);
   REQUIRE(r.code == 0);
@@ -371,14 +358,12 @@ TEST_CASE("scancel mid-run: one checkpoint at the last step trained, the job can
 }
 
 TEST_CASE("preemption by a higher-priority partition: Slurm requeues the run, which resumes and completes") {
-  auto root = temp_dir("slurm_preempt");
-  Cluster c(root);
-  auto data = make_letters_dataset(root);
+  Case k("slurm_preempt");
+  const auto& c = k.c;
+  const auto &run_dir = k.run_dir, &out = k.out;
   constexpr int kSteps = 60;
-  Uninterrupted ref(c, root, data, kSteps);
-  const auto cfg = write_config(root, "run", data), run_dir = root / "run", out = root / "run.out";
-  auto id = c.sbatch(template_job(cfg, run_dir, out, "5", "") +
-                     sets(kSteps, 300, {"run.master_port=" + std::to_string(test_util::free_port())}));
+  Uninterrupted ref(c, k.root, k.data, kSteps);
+  auto id = k.submit("5", "", kSteps, 300);
   REQUIRE_MESSAGE(wait_for_step(run_dir, 10, std::chrono::seconds(120)), test_util::read_file(out));
   // Both nodes, in partition high (PriorityTier 2, over main's 1, PreemptMode=REQUEUE).
   auto high = c.sbatch("--partition=high --nodes=2 --output=/dev/null --wrap='sleep 1'");
