@@ -1,15 +1,22 @@
 // Shared by the data-parallel end-to-end tests: a dataset whose documents are exactly B*T
 // tokens (<|endoftext|> and B*T-1 single-letter words), so that a batch is one document, and
-// reading round-robin by document over R ranks gives one process's batches, R per step.
+// reading round-robin by document over R ranks gives one process's batches, R per step; and the
+// comparisons of their runs (recorded tokens, final weights).
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
+
+#include <torch/torch.h>
 
 #include "datasets/prepare.h"
 #include "datasets/tokenizer.h"
+#include "model/checkpoint.h"
+#include "test_util.h"
 #include "train_harness.h"
 
 namespace dist_harness {
@@ -40,6 +47,29 @@ inline fs::path make_letters_dataset(const fs::path& root, int documents = 64) {
   o.threads = 1;
   pipeline::datasets::prepare_dataset({root / "letters.txt"}, o);
   return o.out_dir;
+}
+
+/// The token ids a record_batches stage wrote (uint16 each).
+inline std::vector<uint16_t> read_u16(const fs::path& p) {
+  auto bytes = test_util::read_file(p);
+  std::vector<uint16_t> out(bytes.size() / 2);
+  std::memcpy(out.data(), bytes.data(), out.size() * 2);
+  return out;
+}
+
+/// The newest checkpoint of a run directory, read; throws when there is none.
+inline pipeline::model::CheckpointState final_checkpoint(const fs::path& run_dir) {
+  auto ckpt = pipeline::stages::latest_checkpoint(run_dir);
+  if (ckpt.empty()) throw std::runtime_error("no checkpoint in " + run_dir.string());
+  return pipeline::model::read_checkpoint(ckpt.string());
+}
+
+/// Every weight tensor bit for bit the same.
+inline bool same_weights(const pipeline::model::CheckpointState& a, const pipeline::model::CheckpointState& b) {
+  if (a.model.size() != b.model.size()) return false;
+  for (size_t i = 0; i < a.model.size(); ++i)
+    if (!torch::equal(a.model[i].second, b.model[i].second)) return false;
+  return true;
 }
 
 }  // namespace dist_harness

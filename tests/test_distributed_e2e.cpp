@@ -151,19 +151,6 @@ pid_t worker_pid(pid_t launcher, int rank) {
   return -1;
 }
 
-std::vector<uint16_t> read_u16(const fs::path& p) {
-  auto bytes = test_util::read_file(p);
-  std::vector<uint16_t> out(bytes.size() / 2);
-  std::memcpy(out.data(), bytes.data(), out.size() * 2);
-  return out;
-}
-
-model::CheckpointState final_checkpoint(const fs::path& run_dir) {
-  auto ckpt = stages::latest_checkpoint(run_dir);
-  REQUIRE(!ckpt.empty());
-  return model::read_checkpoint(ckpt.string());
-}
-
 // Largest |a - b| / max|b| over every weight tensor.
 double weight_difference(const model::CheckpointState& a, const model::CheckpointState& b) {
   REQUIRE(a.model.size() == b.model.size());
@@ -175,13 +162,6 @@ double weight_difference(const model::CheckpointState& a, const model::Checkpoin
     worst = std::max(worst, diff / std::max(scale, 1e-12));
   }
   return worst;
-}
-
-bool same_weights(const model::CheckpointState& a, const model::CheckpointState& b) {
-  if (a.model.size() != b.model.size()) return false;
-  for (size_t i = 0; i < a.model.size(); ++i)
-    if (!torch::equal(a.model[i].second, b.model[i].second)) return false;
-  return true;
 }
 
 // One directory, dataset and reference runs for all the cases (torchrun is slow to start here).

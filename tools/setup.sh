@@ -39,7 +39,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-ve
           libgloo-dev      # gloo's headers, for c10d's Gloo backend (its code is in LibTorch)
           libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files: protobuf, CRC-32C
           libcpp-httplib-dev  # the live server (pipeline run --serve)
-          chromium)        # headless, for the live page's browser test (test_live_browser)
+          chromium         # headless, for the live page's browser test (test_live_browser)
+          slurm-wlm munge)  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
