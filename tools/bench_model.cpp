@@ -8,7 +8,13 @@
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
 // MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device_peak.h's
 // table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
-// Peak memory: the caching allocator's peak on CUDA, the process's peak resident set on the CPU.
+// Peak memory: the bytes tensors held at most over the timed steps: the caching allocator's peak
+// on CUDA, and on the CPU the peak of a counting wrapper around the CPU allocator (tensors' bytes,
+// not the process's resident set). Beside it, eager only: what the forward left held for
+// backward (kept_gib: activations and logits, what --recompute changes) and the most forward
+// and backward added to what the step began with (fwd_bwd_gib). On
+// the CPU it also reports the process's CPU time per step, which a loaded machine moves less
+// than the wall time.
 // --fit-batch: --batch is the largest to try; on running out of GPU memory it halves the batch
 // and tries again, and times the largest that ran (result batch=...).
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
@@ -24,14 +30,18 @@
 #include <sys/resource.h>
 
 #include <ATen/DeviceAccelerator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/Event.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -120,12 +130,58 @@ Options parse(int argc, char** argv) {
 
 namespace {
 
-// The process's peak resident set so far, in GiB (Linux: ru_maxrss is in KiB).
-double peak_rss_gib() {
+// The process's CPU time so far (user and system), in seconds.
+double process_cpu_s() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / (1 << 20);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
+
+// The CPU allocator's bytes in use and their peak while it is installed: the CPU's counterpart
+// of the CUDA caching allocator's peak. It hands out the base allocator's memory, with a context
+// that remembers the size; the release function is static (a DataPtr's deleter takes only the
+// context), hence the one instance it reports to.
+class PeakCpuAllocator final : public c10::Allocator {
+ public:
+  PeakCpuAllocator() : base_(c10::GetCPUAllocator()) {
+    instance_ = this;
+    c10::SetCPUAllocator(this, /*priority=*/100);
+  }
+  ~PeakCpuAllocator() override {
+    c10::SetCPUAllocator(base_, /*priority=*/100);
+    instance_ = nullptr;
+  }
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const auto device = inner.device();
+    auto* held = new Held{std::move(inner), n};
+    const int64_t now = now_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    for (int64_t p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
+    }
+    return c10::DataPtr(data, held, &release, device);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }  // DataPtrs only
+  void copy_data(void* dest, const void* src, std::size_t n) const override { base_->copy_data(dest, src, n); }
+  void reset_peak() { peak_.store(now_.load()); }
+  int64_t peak() const { return peak_.load(); }
+  int64_t now() const { return now_.load(); }
+
+ private:
+  struct Held {
+    c10::DataPtr inner;
+    size_t n;
+  };
+  static void release(void* p) {
+    auto* held = static_cast<Held*>(p);
+    if (instance_) instance_->now_.fetch_sub(static_cast<int64_t>(held->n));
+    delete held;
+  }
+  static inline PeakCpuAllocator* instance_ = nullptr;
+  c10::Allocator* base_;
+  std::atomic<int64_t> now_{0}, peak_{0};
+};
 
 }  // namespace
 
@@ -134,6 +190,8 @@ int main(int argc, char** argv) try {
   const bool cuda = o.device.empty() ? torch::cuda::is_available() : o.device == "cuda";
   if (cuda && !torch::cuda::is_available()) throw std::runtime_error("--device cuda but no CUDA device");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  std::optional<PeakCpuAllocator> cpu_memory;  // every CPU tensor from here on is counted
+  if (!cuda) cpu_memory.emplace();
 
   auto cfg = m::GPTConfig::preset(o.preset);
   if (o.seq > cfg.block_size) {
@@ -171,19 +229,41 @@ int main(int argc, char** argv) try {
   torch::Tensor loss;
   std::unique_ptr<m::CapturedStep> graphs;
   int steps_done = 0;
+  // Bytes tensors hold now and at most since the last reset: the CUDA caching allocator's
+  // counters (host-side, no sync) or the CPU allocator's wrapper.
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  auto memory = [&](bool peak) -> int64_t {
+    if (!cuda) return peak ? cpu_memory->peak() : cpu_memory->now();
+    const auto stats = at::accelerator::getDeviceStats(device.index());
+    return peak ? stats.allocated_bytes[agg].peak : stats.allocated_bytes[agg].current;
+  };
+  auto reset_peak = [&] {
+    if (cuda) at::accelerator::resetPeakStats(device.index());
+    else cpu_memory->reset_peak();
+  };
+  // Per eager step: the most held at once (the step's peak), what the forward left held for
+  // backward (activations and logits: what recompute changes), and the most forward and
+  // backward added to what the step began with (that, and the gradients as they fill). The
+  // optimizer's own peak, or the gradients of a small batch, can hide the first in the others.
+  int64_t step_peak = 0, fwd_bwd_peak = 0, kept = 0;
   auto step = [&] {
     if (graphs) {
       graphs->micro_batch(tokens, 0);
       loss = graphs->update(1e-4).first;
     } else {
       opt.zero_grad();
+      reset_peak();
+      const int64_t before = memory(false);
       {
         m::AutocastGuard guard(device.type(), autocast);
         loss = model->loss(model(x), y);
       }
+      kept = std::max(kept, memory(false) - before);
       loss.backward();
+      fwd_bwd_peak = std::max(fwd_bwd_peak, memory(true) - before);
       m::clip_grad_norm(params, 1.0);
       opt.step();
+      step_peak = std::max(step_peak, memory(true));
     }
     // After 3 eager steps, the graphs (captured by their first use, still in the warm-up).
     if (o.cuda_graph && !graphs && ++steps_done == 3) {
@@ -217,12 +297,13 @@ int main(int argc, char** argv) try {
               o.recompute.c_str(), loss_path.why.c_str());
   for (int i = 1; i < o.warmup; ++i) step();
 
-  double ms = 0.0;
-  double peak_gib = 0.0;
+  double ms = 0.0, cpu_ms = 0.0;
+  step_peak = fwd_bwd_peak = kept = 0;  // over the timed steps
+  reset_peak();
   if (cuda) {
     auto stream = at::accelerator::getCurrentStream(device.index());
     torch::cuda::synchronize();
-    at::accelerator::resetPeakStats(device.index());
+    reset_peak();
     c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     start.record(stream);
@@ -230,15 +311,17 @@ int main(int argc, char** argv) try {
     stop.record(stream);
     stop.synchronize();
     ms = start.elapsedTime(stop) / o.steps;
-    const auto stats = at::accelerator::getDeviceStats(device.index());
-    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    peak_gib = static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 30);
   } else {
+    const double c0 = process_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) step();
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps;
-    peak_gib = peak_rss_gib();
+    cpu_ms = 1000.0 * (process_cpu_s() - c0) / o.steps;
   }
+  if (graphs) step_peak = memory(true);  // replays: the graphs' pool, no per-phase figure
+  const double peak_gib = static_cast<double>(step_peak) / (1 << 30);
+  const double fwd_bwd_gib = static_cast<double>(fwd_bwd_peak) / (1 << 30);
+  const double kept_gib = static_cast<double>(kept) / (1 << 30);
 
   const double tokens_per_step = static_cast<double>(o.batch * o.seq);
   const double tok_s = tokens_per_step / (ms / 1e3);
@@ -250,7 +333,10 @@ int main(int argc, char** argv) try {
     std::printf("  MFU %.1f%% (of %g TFLOP/s, %s)", 100.0 * mfu, peak.tflops, peak.source.c_str());
   else
     std::printf("  MFU \xE2\x80\x94 (%s: --peak-tflops F sets it)", peak.source.c_str());
-  std::printf("  peak %s %.2f GiB\n", cuda ? "memory" : "resident set", peak_gib);
+  std::printf("  peak memory %.3f GiB (forward kept %.3f GiB for backward; with backward's, %.3f GiB at most)",
+              peak_gib, kept_gib, fwd_bwd_gib);
+  if (!cuda) std::printf("  CPU %.1f ms/step", cpu_ms);
+  std::printf("\n");
   if (!o.profile.empty()) {
     // After the timing, so the profiler's own cost never enters ms/step.
     namespace prof = torch::autograd::profiler;
@@ -267,9 +353,9 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
-      "peak_tflops=%g\n",
+      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f\n",
       mode.c_str(), ms, tok_s, mfu, peak_gib, static_cast<long long>(o.batch), o.recompute.c_str(),
-      loss_path.fused ? "fused" : "chunked", peak.tflops);
+      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());
