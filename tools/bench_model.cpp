@@ -4,7 +4,8 @@
 //
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops F]
-//               [--recompute none|mlp|block] [--fit-batch] [--profile TRACE.json [--profile-steps 3]]
+//               [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]
+//               [--profile TRACE.json [--profile-steps 3]]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
 // MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device_peak.h's
 // table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
@@ -15,6 +16,8 @@
 // and backward added to what the step began with (fwd_bwd_gib). On
 // the CPU it also reports the process's CPU time per step, which a loaded machine moves less
 // than the wall time.
+// --sdpa: only that attention kernel (model/sdpa_choice.h), to compare them; auto: ATen's choice,
+// what training takes.
 // --fit-batch: --batch is the largest to try; on running out of GPU memory it halves the batch
 // and tries again, and times the largest that ran (result batch=...).
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
@@ -26,6 +29,7 @@
 #include "model/device_peak.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
+#include "model/sdpa_choice.h"
 
 #include <sys/resource.h>
 
@@ -66,6 +70,7 @@ struct Options {
   std::string matmul_precision = "high";
   double peak_tflops = 0;      // 0: the peak table's figure for the GPU (model/device_peak.h)
   std::string recompute = "none";
+  std::string sdpa = "auto";   // the attention kernel SDPA may take (auto: ATen's choice)
   bool fit_batch = false;      // halve --batch until a step fits the GPU's memory
   std::string profile;         // Chrome trace of a few steps after the timed ones
   int profile_steps = 3;
@@ -76,7 +81,7 @@ void usage() {
       "usage: bench_model [--preset NAME] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
       "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
       "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
-      "                   [--recompute none|mlp|block] [--fit-batch]\n"
+      "                   [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]\n"
       "                   [--profile TRACE.json] [--profile-steps N]\n"
       "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n"
       "--peak-tflops: what MFU divides by (default: the GPU's from the built-in table; none: MFU is \"-\").\n"
@@ -111,6 +116,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--dtype") o.dtype = v;
     else if (a == "--matmul-precision") o.matmul_precision = v;
     else if (a == "--recompute") o.recompute = v;
+    else if (a == "--sdpa") o.sdpa = v;
     else if (a == "--profile") o.profile = v;
     else if (a == "--profile-steps") o.profile_steps = std::stoi(v);
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
@@ -207,6 +213,7 @@ int main(int argc, char** argv) try {
     at::globalContext().setFloat32MatmulPrecision(o.matmul_precision);
   }
 #endif
+  const m::SdpaChoice sdpa(o.sdpa);  // for the whole run (ATen's switches are process-wide)
   m::GPT model(cfg, 1337);
   model->to(device);
   model->set_recompute(m::parse_recompute(o.recompute));
@@ -214,7 +221,9 @@ int main(int argc, char** argv) try {
   auto params = model->parameters();
   const bool autocast = o.dtype == "bf16";
   const auto peak = m::resolve_peak_flops(o.peak_tflops, cuda, m::device_name(device));
-  const auto loss_path = model->loss_path(device, autocast && cuda ? torch::kBFloat16 : torch::kFloat);
+  const auto compute_dtype = autocast && cuda ? torch::kBFloat16 : torch::kFloat;
+  const auto loss_path = model->loss_path(device, compute_dtype);
+  const auto attention = model->attention_backend(o.seq, compute_dtype, device);
 
   // One window of B*T+1 tokens, as the training graph feeds them: x and y are views of it.
   torch::Tensor tokens, x, y;
@@ -291,10 +300,10 @@ int main(int argc, char** argv) try {
       make_batch();
     }
   }
-  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s, recompute %s, loss %s\n",
+  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s, recompute %s, attention %s, loss %s\n",
               o.preset.c_str(), static_cast<long long>(cfg.num_parameters()), static_cast<long long>(o.batch),
               static_cast<long long>(o.seq), autocast ? "bf16 autocast" : "fp32", mode.c_str(), cuda ? "cuda" : "cpu",
-              o.recompute.c_str(), loss_path.why.c_str());
+              o.recompute.c_str(), attention.c_str(), loss_path.why.c_str());
   for (int i = 1; i < o.warmup; ++i) step();
 
   double ms = 0.0, cpu_ms = 0.0;
@@ -353,9 +362,9 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
-      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f\n",
+      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f attention=%s\n",
       mode.c_str(), ms, tok_s, mfu, peak_gib, static_cast<long long>(o.batch), o.recompute.c_str(),
-      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib);
+      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib, attention.c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());
