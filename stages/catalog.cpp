@@ -74,9 +74,11 @@ PIPELINE_STAGE_DECLARE(pack, {.name = "pack",
                               .input = graph::port("tokens"),
                               .output = graph::port("batch"),
                               .options = config::Schema().integer(
-                                  "buffers", 8,
+                                  "buffers", 72,
                                   "host buffers in the pool (pinned on CUDA): windows between pack and the end of their copy "
-                                  "to the device (on the CPU: until train has read them)",
+                                  "to the device (on the CPU: until train has read them). The default covers a queue of 64 "
+                                  "after pack (the input side's capacity, and the least an auto capacity may grow to) and "
+                                  "the windows the stages after it hold: 72 x 32 KiB pinned at 16x1024",
                                   2, 1024),
                               .ordered = true,
                               .max_workers = 1});

@@ -9,6 +9,7 @@
 #include "model/optim.h"
 #include "model/reuse_pool.h"
 #include "model/schedule.h"
+#include "model/sdpa_choice.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -440,6 +441,32 @@ TEST_CASE("recompute mlp and block: the losses and gradients of none, to 1e-6 (f
   }
   CHECK(m::parse_recompute("mlp") == m::Recompute::mlp);
   CHECK(contains(error_of([] { m::parse_recompute("all"); }), "\"none\", \"mlp\" or \"block\", got \"all\""));
+}
+
+TEST_CASE("bench_model's SDPA choice: the kernel named is the one taken, the same losses, the switches put back") {
+  use_one_thread();
+  m::GPT model(tiny(256), 3);
+  auto gen = at::detail::createCPUGenerator(4);
+  auto x = torch::randint(256, {2, 32}, gen, torch::kLong), y = torch::randint(256, {2, 32}, gen, torch::kLong);
+  const auto before = model->attention_backend(32, torch::kFloat, torch::kCPU);
+  double math_loss = 0;
+  {
+    m::SdpaChoice only("math");
+    CHECK(model->attention_backend(32, torch::kFloat, torch::kCPU) == "math");
+    math_loss = model->loss(model(x), y).item<double>();
+  }
+  CHECK(model->attention_backend(32, torch::kFloat, torch::kCPU) == before);  // put back
+  {
+    m::SdpaChoice only("flash");  // the CPU's flash kernel
+    const auto name = model->attention_backend(32, torch::kFloat, torch::kCPU);
+    CHECK(name == "flash_attention");
+    CHECK(std::abs(model->loss(model(x), y).item<double>() - math_loss) < 1e-5 * math_loss);
+  }
+  {
+    m::SdpaChoice same("auto");  // changes nothing
+    CHECK(model->attention_backend(32, torch::kFloat, torch::kCPU) == before);
+  }
+  CHECK(contains(error_of([] { m::SdpaChoice bad("fast"); }), "auto, flash, cudnn, efficient or math, got \"fast\""));
 }
 
 TEST_CASE("GPT-2 initialisation statistics") {

@@ -15,7 +15,8 @@
 // compared under the same load.
 //
 // usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] [--seq T]
-//                    [--dataset DIR]... [--chunk-bytes N]
+//                    [--dataset DIR]... [--chunk-bytes N] [--buffers N]
+// --buffers sets pack's pool ([stages.pack] buffers; default: the stage's own).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
   std::string workers = "auto";
   std::vector<std::string> data_sets;
   std::string chunk = "auto";
-  int trials = 3;
+  int trials = 3, buffers = 0;
   double seconds = 5, warmup_s = 1;
   int64_t B = 16, T = 1024;
   for (int i = 1; i < argc; ++i) {
@@ -135,10 +136,11 @@ int main(int argc, char** argv) {
     else if (a == "--seq") T = std::atoll(next().c_str());
     else if (a == "--dataset") data_sets.push_back(next());
     else if (a == "--chunk-bytes") chunk = next();
+    else if (a == "--buffers") buffers = std::atoi(next().c_str());
     else {
       std::fprintf(stderr,
                    "usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] "
-                   "[--seq T] [--dataset DIR]... [--chunk-bytes N|auto]\n");
+                   "[--seq T] [--dataset DIR]... [--chunk-bytes N|auto] [--buffers N]\n");
       return 2;
     }
   }
@@ -162,6 +164,7 @@ int main(int argc, char** argv) {
       in.batch = B;
       in.seq = T;
       in.chunk_bytes = chunk;
+      in.pack_buffers = buffers;
       in.tokenize_workers = workers == "auto" ? 0 : std::atoi(workers.c_str());
       double s = 0, cpu = 0;
       uint64_t bytes = 0, tokens = 0, batches = 0;

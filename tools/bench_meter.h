@@ -74,6 +74,7 @@ struct InputSide {
   double spin_ms = 0;  // > 0: a spin stage of this many ms per chunk before tokenize
   int spin_workers = 1, tokenize_workers = 0;
   int capacity = 64;   // of every edge (0: auto)
+  int pack_buffers = 0;  // [stages.pack] buffers (0: the stage's default)
   bool autotune = false, stats = false;
 };
 
@@ -105,7 +106,8 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
     before_tokenize = "spin";
   }
   g.add("tokenize", "tokenize", {before_tokenize}, in.tokenize_workers, in.capacity);
-  g.add("pack", "pack", {"tokenize"}, 1, in.capacity);
+  auto& pack = g.add("pack", "pack", {"tokenize"}, 1, in.capacity);
+  if (in.pack_buffers > 0) pack.set("buffers", int64_t{in.pack_buffers});
   g.add("sink", "bench_batch_meter", {"pack"}, 1, in.capacity);
   g_counters.reset();
   graph::EngineOptions opts;

@@ -4,11 +4,20 @@
 //
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops F]
-//               [--recompute none|mlp|block] [--fit-batch] [--profile TRACE.json [--profile-steps 3]]
+//               [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]
+//               [--profile TRACE.json [--profile-steps 3]]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
 // MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device_peak.h's
 // table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
-// Peak memory: the caching allocator's peak on CUDA, the process's peak resident set on the CPU.
+// Peak memory: the bytes tensors held at most over the timed steps: the caching allocator's peak
+// on CUDA, and on the CPU the peak of a counting wrapper around the CPU allocator (tensors' bytes,
+// not the process's resident set). Beside it, eager only: what the forward left held for
+// backward (kept_gib: activations and logits, what --recompute changes) and the most forward
+// and backward added to what the step began with (fwd_bwd_gib). On
+// the CPU it also reports the process's CPU time per step, which a loaded machine moves less
+// than the wall time.
+// --sdpa: only that attention kernel (model/sdpa_choice.h), to compare them; auto: ATen's choice,
+// what training takes.
 // --fit-batch: --batch is the largest to try; on running out of GPU memory it halves the batch
 // and tries again, and times the largest that ran (result batch=...).
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
@@ -20,18 +29,23 @@
 #include "model/device_peak.h"
 #include "model/gpt2.h"
 #include "model/optim.h"
+#include "model/sdpa_choice.h"
 
 #include <sys/resource.h>
 
 #include <ATen/DeviceAccelerator.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/core/Event.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -56,6 +70,7 @@ struct Options {
   std::string matmul_precision = "high";
   double peak_tflops = 0;      // 0: the peak table's figure for the GPU (model/device_peak.h)
   std::string recompute = "none";
+  std::string sdpa = "auto";   // the attention kernel SDPA may take (auto: ATen's choice)
   bool fit_batch = false;      // halve --batch until a step fits the GPU's memory
   std::string profile;         // Chrome trace of a few steps after the timed ones
   int profile_steps = 3;
@@ -66,7 +81,7 @@ void usage() {
       "usage: bench_model [--preset NAME] [--batch B] [--seq T] [--steps N] [--warmup N]\n"
       "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
       "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
-      "                   [--recompute none|mlp|block] [--fit-batch]\n"
+      "                   [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]\n"
       "                   [--profile TRACE.json] [--profile-steps N]\n"
       "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n"
       "--peak-tflops: what MFU divides by (default: the GPU's from the built-in table; none: MFU is \"-\").\n"
@@ -101,6 +116,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--dtype") o.dtype = v;
     else if (a == "--matmul-precision") o.matmul_precision = v;
     else if (a == "--recompute") o.recompute = v;
+    else if (a == "--sdpa") o.sdpa = v;
     else if (a == "--profile") o.profile = v;
     else if (a == "--profile-steps") o.profile_steps = std::stoi(v);
     else throw std::invalid_argument("unknown option " + a + " (see --help)");
@@ -120,12 +136,58 @@ Options parse(int argc, char** argv) {
 
 namespace {
 
-// The process's peak resident set so far, in GiB (Linux: ru_maxrss is in KiB).
-double peak_rss_gib() {
+// The process's CPU time so far (user and system), in seconds.
+double process_cpu_s() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / (1 << 20);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
+
+// The CPU allocator's bytes in use and their peak while it is installed: the CPU's counterpart
+// of the CUDA caching allocator's peak. It hands out the base allocator's memory, with a context
+// that remembers the size; the release function is static (a DataPtr's deleter takes only the
+// context), hence the one instance it reports to.
+class PeakCpuAllocator final : public c10::Allocator {
+ public:
+  PeakCpuAllocator() : base_(c10::GetCPUAllocator()) {
+    instance_ = this;
+    c10::SetCPUAllocator(this, /*priority=*/100);
+  }
+  ~PeakCpuAllocator() override {
+    c10::SetCPUAllocator(base_, /*priority=*/100);
+    instance_ = nullptr;
+  }
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const auto device = inner.device();
+    auto* held = new Held{std::move(inner), n};
+    const int64_t now = now_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    for (int64_t p = peak_.load(); now > p && !peak_.compare_exchange_weak(p, now);) {
+    }
+    return c10::DataPtr(data, held, &release, device);
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }  // DataPtrs only
+  void copy_data(void* dest, const void* src, std::size_t n) const override { base_->copy_data(dest, src, n); }
+  void reset_peak() { peak_.store(now_.load()); }
+  int64_t peak() const { return peak_.load(); }
+  int64_t now() const { return now_.load(); }
+
+ private:
+  struct Held {
+    c10::DataPtr inner;
+    size_t n;
+  };
+  static void release(void* p) {
+    auto* held = static_cast<Held*>(p);
+    if (instance_) instance_->now_.fetch_sub(static_cast<int64_t>(held->n));
+    delete held;
+  }
+  static inline PeakCpuAllocator* instance_ = nullptr;
+  c10::Allocator* base_;
+  std::atomic<int64_t> now_{0}, peak_{0};
+};
 
 }  // namespace
 
@@ -134,6 +196,8 @@ int main(int argc, char** argv) try {
   const bool cuda = o.device.empty() ? torch::cuda::is_available() : o.device == "cuda";
   if (cuda && !torch::cuda::is_available()) throw std::runtime_error("--device cuda but no CUDA device");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  std::optional<PeakCpuAllocator> cpu_memory;  // every CPU tensor from here on is counted
+  if (!cuda) cpu_memory.emplace();
 
   auto cfg = m::GPTConfig::preset(o.preset);
   if (o.seq > cfg.block_size) {
@@ -149,6 +213,7 @@ int main(int argc, char** argv) try {
     at::globalContext().setFloat32MatmulPrecision(o.matmul_precision);
   }
 #endif
+  const m::SdpaChoice sdpa(o.sdpa);  // for the whole run (ATen's switches are process-wide)
   m::GPT model(cfg, 1337);
   model->to(device);
   model->set_recompute(m::parse_recompute(o.recompute));
@@ -156,7 +221,9 @@ int main(int argc, char** argv) try {
   auto params = model->parameters();
   const bool autocast = o.dtype == "bf16";
   const auto peak = m::resolve_peak_flops(o.peak_tflops, cuda, m::device_name(device));
-  const auto loss_path = model->loss_path(device, autocast && cuda ? torch::kBFloat16 : torch::kFloat);
+  const auto compute_dtype = autocast && cuda ? torch::kBFloat16 : torch::kFloat;
+  const auto loss_path = model->loss_path(device, compute_dtype);
+  const auto attention = model->attention_backend(o.seq, compute_dtype, device);
 
   // One window of B*T+1 tokens, as the training graph feeds them: x and y are views of it.
   torch::Tensor tokens, x, y;
@@ -171,19 +238,41 @@ int main(int argc, char** argv) try {
   torch::Tensor loss;
   std::unique_ptr<m::CapturedStep> graphs;
   int steps_done = 0;
+  // Bytes tensors hold now and at most since the last reset: the CUDA caching allocator's
+  // counters (host-side, no sync) or the CPU allocator's wrapper.
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  auto memory = [&](bool peak) -> int64_t {
+    if (!cuda) return peak ? cpu_memory->peak() : cpu_memory->now();
+    const auto stats = at::accelerator::getDeviceStats(device.index());
+    return peak ? stats.allocated_bytes[agg].peak : stats.allocated_bytes[agg].current;
+  };
+  auto reset_peak = [&] {
+    if (cuda) at::accelerator::resetPeakStats(device.index());
+    else cpu_memory->reset_peak();
+  };
+  // Per eager step: the most held at once (the step's peak), what the forward left held for
+  // backward (activations and logits: what recompute changes), and the most forward and
+  // backward added to what the step began with (that, and the gradients as they fill). The
+  // optimizer's own peak, or the gradients of a small batch, can hide the first in the others.
+  int64_t step_peak = 0, fwd_bwd_peak = 0, kept = 0;
   auto step = [&] {
     if (graphs) {
       graphs->micro_batch(tokens, 0);
       loss = graphs->update(1e-4).first;
     } else {
       opt.zero_grad();
+      reset_peak();
+      const int64_t before = memory(false);
       {
         m::AutocastGuard guard(device.type(), autocast);
         loss = model->loss(model(x), y);
       }
+      kept = std::max(kept, memory(false) - before);
       loss.backward();
+      fwd_bwd_peak = std::max(fwd_bwd_peak, memory(true) - before);
       m::clip_grad_norm(params, 1.0);
       opt.step();
+      step_peak = std::max(step_peak, memory(true));
     }
     // After 3 eager steps, the graphs (captured by their first use, still in the warm-up).
     if (o.cuda_graph && !graphs && ++steps_done == 3) {
@@ -211,18 +300,19 @@ int main(int argc, char** argv) try {
       make_batch();
     }
   }
-  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s, recompute %s, loss %s\n",
+  std::printf("bench_model: preset %s (%lld params), B=%lld T=%lld, %s, %s, %s, recompute %s, attention %s, loss %s\n",
               o.preset.c_str(), static_cast<long long>(cfg.num_parameters()), static_cast<long long>(o.batch),
               static_cast<long long>(o.seq), autocast ? "bf16 autocast" : "fp32", mode.c_str(), cuda ? "cuda" : "cpu",
-              o.recompute.c_str(), loss_path.why.c_str());
+              o.recompute.c_str(), attention.c_str(), loss_path.why.c_str());
   for (int i = 1; i < o.warmup; ++i) step();
 
-  double ms = 0.0;
-  double peak_gib = 0.0;
+  double ms = 0.0, cpu_ms = 0.0;
+  step_peak = fwd_bwd_peak = kept = 0;  // over the timed steps
+  reset_peak();
   if (cuda) {
     auto stream = at::accelerator::getCurrentStream(device.index());
     torch::cuda::synchronize();
-    at::accelerator::resetPeakStats(device.index());
+    reset_peak();
     c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
     start.record(stream);
@@ -230,15 +320,17 @@ int main(int argc, char** argv) try {
     stop.record(stream);
     stop.synchronize();
     ms = start.elapsedTime(stop) / o.steps;
-    const auto stats = at::accelerator::getDeviceStats(device.index());
-    const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    peak_gib = static_cast<double>(stats.allocated_bytes[agg].peak) / (1 << 30);
   } else {
+    const double c0 = process_cpu_s();
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < o.steps; ++i) step();
     ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / o.steps;
-    peak_gib = peak_rss_gib();
+    cpu_ms = 1000.0 * (process_cpu_s() - c0) / o.steps;
   }
+  if (graphs) step_peak = memory(true);  // replays: the graphs' pool, no per-phase figure
+  const double peak_gib = static_cast<double>(step_peak) / (1 << 30);
+  const double fwd_bwd_gib = static_cast<double>(fwd_bwd_peak) / (1 << 30);
+  const double kept_gib = static_cast<double>(kept) / (1 << 30);
 
   const double tokens_per_step = static_cast<double>(o.batch * o.seq);
   const double tok_s = tokens_per_step / (ms / 1e3);
@@ -250,7 +342,10 @@ int main(int argc, char** argv) try {
     std::printf("  MFU %.1f%% (of %g TFLOP/s, %s)", 100.0 * mfu, peak.tflops, peak.source.c_str());
   else
     std::printf("  MFU \xE2\x80\x94 (%s: --peak-tflops F sets it)", peak.source.c_str());
-  std::printf("  peak %s %.2f GiB\n", cuda ? "memory" : "resident set", peak_gib);
+  std::printf("  peak memory %.3f GiB (forward kept %.3f GiB for backward; with backward's, %.3f GiB at most)",
+              peak_gib, kept_gib, fwd_bwd_gib);
+  if (!cuda) std::printf("  CPU %.1f ms/step", cpu_ms);
+  std::printf("\n");
   if (!o.profile.empty()) {
     // After the timing, so the profiler's own cost never enters ms/step.
     namespace prof = torch::autograd::profiler;
@@ -267,9 +362,9 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
-      "peak_tflops=%g\n",
+      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f attention=%s\n",
       mode.c_str(), ms, tok_s, mfu, peak_gib, static_cast<long long>(o.batch), o.recompute.c_str(),
-      loss_path.fused ? "fused" : "chunked", peak.tflops);
+      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib, attention.c_str());
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());

@@ -167,6 +167,8 @@ def main():
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     ap.add_argument("--recompute", default="none", choices=["none", "mlp", "block"],
                     help="activations computed again in backward, as bench_model --recompute")
+    ap.add_argument("--sdpa", default="auto", choices=["auto", "flash", "cudnn", "efficient", "math"],
+                    help="only this attention kernel, as bench_model --sdpa (auto: PyTorch's choice)")
     ap.add_argument("--profile", help="Chrome trace of --profile-steps steps after the timed ones")
     ap.add_argument("--profile-steps", type=int, default=3)
     a = ap.parse_args()
@@ -187,6 +189,12 @@ def main():
     windows = [torch.randint(0, VOCAB, (a.batch * a.seq + 1,), device=a.device) for _ in range(8)]  # as `synthetic` cycles 8
     times = []
     start = 0.0
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    kernels = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
+    only = sdpa_kernel([kernels[a.sdpa]]) if a.sdpa != "auto" else contextlib.nullcontext()
+    only.__enter__()  # for the whole run, as bench_model sets it
 
     def train_step(step):
         w = windows[step % len(windows)]
@@ -223,6 +231,8 @@ def main():
     how = ("compiled" if a.compile else "eager") + f" {a.preset} {a.batch}x{a.seq} {a.dtype} on {a.device}"
     if a.recompute != "none":
         how += f", recompute {a.recompute}"
+    if a.sdpa != "auto":
+        how += f", attention {a.sdpa}"
     tokens = a.batch * a.seq / (per_step / 1000)
     memory = f", peak memory {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if cuda else ""
     print(f"{how}, {a.threads} threads: {per_step:.1f} ms/step, {tokens:,.0f} tokens/s over {a.steps} steps "

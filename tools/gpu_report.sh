@@ -50,7 +50,9 @@
 # is skipped and says so in the table), GPU_REPORT_RESERVE_S (seconds of that budget the tests
 # leave to the measurements, default 240), GPU_REPORT_JOBS (build jobs, default nproc),
 # GPU_REPORT_SCALE_SEQ (default 1024), GPU_REPORT_SCALE_DTYPE (default bf16),
-# GPU_REPORT_SCALE_PYTORCH_MODES (default "eager compile"),
+# GPU_REPORT_SCALE_PYTORCH_MODES (default "eager compile"), GPU_REPORT_SCALE_ARGS (more arguments to
+# bench_model and tools/eager_step.py in every row, such as --sdpa cudnn; with
+# GPU_REPORT_SCALE_FRESH=1, since kept rows do not know them),
 # GPU_REPORT_NVIDIA_SMI (default nvidia-smi), GPU_REPORT_NVCC (the CUDA compiler the fused loss needs;
 # default: nvcc on PATH, $CUDACXX, or /usr/local/cuda/bin/nvcc), GPU_REPORT_MULTIARCH (the Debian
 # multiarch triplet of the unpacked libraries; default this machine's, e.g. x86_64-linux-gnu or
@@ -95,6 +97,7 @@ SCALE_STEPS=${GPU_REPORT_SCALE_STEPS:-10}
 SCALE_SEQ=${GPU_REPORT_SCALE_SEQ:-1024}
 SCALE_DTYPE=${GPU_REPORT_SCALE_DTYPE:-bf16}
 SCALE_PYTORCH_MODES=${GPU_REPORT_SCALE_PYTORCH_MODES-eager compile}
+SCALE_ARGS=${GPU_REPORT_SCALE_ARGS:-}  # more arguments to both programs of every row (--sdpa cudnn)
 
 # What the build needs beyond a C++ compiler, CMake, ninja and torch: tools/gpu_report.debs,
 # derived from a real build by `packages --write` and checked by tests/test_gpu_report.cpp.
@@ -473,7 +476,7 @@ eager_args() {
   read -r -a words <<<"$1"
   while ((i < ${#words[@]})); do
     case ${words[i]} in
-      --preset|--batch|--seq|--steps|--warmup|--device|--dtype|--recompute) out+=("${words[i]}" "${words[i+1]:-}"); i=$((i + 2)) ;;
+      --preset|--batch|--seq|--steps|--warmup|--device|--dtype|--recompute|--sdpa) out+=("${words[i]}" "${words[i+1]:-}"); i=$((i + 2)) ;;
       --cuda-graph|--fit-batch) i=$((i + 1)) ;;
       *) i=$((i + 2)) ;;  # bench_model's own: --peak-tflops, --matmul-precision, --profile...
     esac
@@ -529,7 +532,7 @@ scale_row() {
   [[ $CPU_MODE == 1 ]] && { device=cpu; fit=""; }  # the CPU test: no memory to fit
   if [[ ! -s $dir/$row.bench.result && ! -f $dir/$row.bench.failed ]]; then
     if (($(left) < 60)); then say "scale $spec: bench_model skipped, the time budget is spent (call scale again)"; return 0; fi
-    args="--preset $preset --batch $batch --seq $SCALE_SEQ --steps $SCALE_STEPS --warmup 3 --dtype $SCALE_DTYPE --recompute $recompute --device $device"
+    args="--preset $preset --batch $batch --seq $SCALE_SEQ --steps $SCALE_STEPS --warmup 3 --dtype $SCALE_DTYPE --recompute $recompute --device $device $SCALE_ARGS"
     [[ $fit == fit ]] && args+=" --fit-batch"
     say "scale: bench_model $args"
     echo "== bench_model $args" >>"$OUTDIR/bench.log"
@@ -554,7 +557,7 @@ scale_row() {
     need=60 flag=""
     [[ $mode == compile ]] && { need=180; flag=--compile; }
     if (($(left) < need)); then say "scale $spec: PyTorch $mode skipped, the time budget is spent (call scale again)"; continue; fi
-    args="--preset $preset --batch $batch --seq $SCALE_SEQ --steps $SCALE_STEPS --warmup 3 --dtype $SCALE_DTYPE --recompute $recompute --device $device $flag"
+    args="--preset $preset --batch $batch --seq $SCALE_SEQ --steps $SCALE_STEPS --warmup 3 --dtype $SCALE_DTYPE --recompute $recompute --device $device $SCALE_ARGS $flag"
     say "scale: tools/eager_step.py $args"
     echo "== tools/eager_step.py $args" >>"$OUTDIR/bench.log"
     status=0
