@@ -7,6 +7,9 @@ namespace pipeline::model {
 
 namespace {
 
+// Scored positions projected onto the vocabulary at a time: 512 x 50257 fp32 logits are 103 MB.
+constexpr int64_t kHeadChunk = 512;
+
 // One forward pass: the rows of items [first, end).
 struct Pass {
   int64_t first = 0, end = 0;
@@ -76,10 +79,16 @@ HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, 
     auto x = torch::tensor(ids, torch::kLong).view({R, L}).to(device);  // (R, L)
     auto features = model->features(x);                                   // (R, L, C)
     auto scored = features.view({R * L, cfg.n_embd}).index_select(0, torch::tensor(from, torch::kLong).to(device));  // (N, C)
-    auto logits = at::linear(scored, model->wte->weight).narrow(1, 0, cfg.vocab_size).to(torch::kFloat);  // (N, V)
-    auto losses = torch::nn::functional::cross_entropy(
-        logits, torch::tensor(target, torch::kLong).to(device),
-        torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone));  // (N)
+    auto targets = torch::tensor(target, torch::kLong).to(device);  // (N)
+    // The head and the softmax a chunk of positions at a time: (chunk, V) fp32 logits, not (N, V).
+    const auto N = static_cast<int64_t>(target.size());
+    auto losses = torch::empty({N}, torch::TensorOptions().dtype(torch::kFloat).device(device));  // (N)
+    for (int64_t c = 0; c < N; c += kHeadChunk) {
+      const int64_t k = std::min(kHeadChunk, N - c);
+      auto logits = at::linear(scored.narrow(0, c, k), model->wte->weight).narrow(1, 0, cfg.vocab_size).to(torch::kFloat);  // (k, V)
+      losses.narrow(0, c, k).copy_(torch::nn::functional::cross_entropy(
+          logits, targets.narrow(0, c, k), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)));
+    }
     auto grid = torch::zeros({R * L}, losses.options()).index_copy_(0, torch::tensor(slot, torch::kLong).to(device), losses);
     out.sums.narrow(0, 4 * p.first, R).copy_(grid.view({R, L}).sum(1));
     first = p.end;

@@ -171,6 +171,14 @@ std::string init_from_config(const fs::path& run_dir, const fs::path& hf_dir) {
 const std::vector<std::string> kNoUpdate = {"training.steps=1", "optimizer.lr=0", "optimizer.min_lr=0",
                                             "checkpoint.every=0"};
 
+// A random GPT2LMHeadModel of `config_json` (GPT2Config's keys), written by transformers'
+// save_pretrained into root/hf.
+void make_hf_model(const fs::path& root, const std::string& config_json) {
+  write_input(root / "in.json", fixed_batch(1, 8), config_json);
+  python("hf_reference.py", "make-model --layout save_pretrained --out " + (root / "hf").string() + " --input " +
+                                (root / "in.json").string());
+}
+
 // Every tensor of `a` is in `b` with the same dtype, shape and bytes.
 void check_same_tensors(const fs::path& a, const fs::path& b) {
   datasets::SafetensorsReader ra(a), rb(b);
@@ -342,10 +350,7 @@ TEST_CASE("the training trajectory is PyTorch's, step by step (tools/parity_trai
   // weights the nanoGPT way: every step's loss, grad norm and learning rate, and the final
   // weights, must agree (parity_train.py's fp32 tolerances: 1e-5, 1e-5, 1e-6 and 1e-4).
   auto root = temp_dir("parity");
-  write_input(root / "in.json", fixed_batch(1, 8),
-              R"({"n_layer":4,"n_head":4,"n_embd":128,"n_positions":128,"vocab_size":50257})");
-  python("hf_reference.py", "make-model --layout save_pretrained --out " + (root / "hf").string() + " --input " +
-                                (root / "in.json").string());
+  make_hf_model(root, R"({"n_layer":4,"n_head":4,"n_embd":128,"n_positions":128,"vocab_size":50257})");
   std::string toml = init_from_config(root / "run", root / "hf");
   const std::string to_h2d = "[stages.h2d]\ntype = \"h2d\"\ninput = \"pack\"\n";
   REQUIRE(toml.find(to_h2d) != std::string::npos);
@@ -412,10 +417,7 @@ TEST_CASE("every preset from gpt2 to gpt2-xl: transformers builds the tensors we
 
 TEST_CASE("weights survive init_from -> training at lr 0 -> export bit for bit") {
   auto root = temp_dir("roundtrip");
-  write_input(root / "in.json", fixed_batch(1, 8),
-              R"({"n_layer":2,"n_head":2,"n_embd":64,"n_positions":64,"vocab_size":50257})");
-  python("hf_reference.py", "make-model --layout save_pretrained --out " + (root / "hf").string() + " --input " +
-                                (root / "in.json").string());
+  make_hf_model(root, R"({"n_layer":2,"n_head":2,"n_embd":64,"n_positions":64,"vocab_size":50257})");
 
   // transformers' file -> our run -> our export: the same tensors, byte for byte.
   auto first = run(init_from_config(root / "run1", root / "hf"), root / "run1", kNoUpdate);
