@@ -234,8 +234,10 @@ TEST_CASE("a short run, its stats, and generate and eval from its checkpoint") {
   // eval --val: the loss over every whole window of the split, the same whatever the batch size
   // (windows are cut as pack cuts them, the last target carried into the next batch).
   const std::string val = std::string(PIPELINE_SOURCE_DIR) + "/datasets/data/tinyshakespeare/text";
+  // One thread: on a loaded machine, two OpenMP threads that wait for each other at every small
+  // operation of the tiny model took 8 times as long.
   auto loss_of = [&](const std::string& args) {
-    auto e = sh("eval " + run_dir.string() + " --val " + val + " " + args);
+    auto e = sh("eval " + run_dir.string() + " --val " + val + " --threads 1 " + args);
     INFO(args << ": " << e.out);
     REQUIRE(e.code == 0);
     double loss = 0;
@@ -244,14 +246,13 @@ TEST_CASE("a short run, its stats, and generate and eval from its checkpoint") {
     return std::pair(loss, tokens);
   };
   const auto [loss8, tokens8] = loss_of("--batch-size 8");
-  const auto [loss3, tokens3] = loss_of("--batch-size 3");
+  const auto [loss3, tokens3] = loss_of("--batch-size 3 --seq-len 64");  // 64: the default, given
   CHECK(tokens8 == tokens3);
   CHECK(tokens8 % 64 == 0);  // windows of the model's context (the tiny preset's 64)
   CHECK(tokens8 > 30000);    // the whole split (33,6xx tokens), not a few batches
   CHECK(std::abs(loss8 - loss3) < 1e-4);
   CHECK(loss8 > 5);
   CHECK(loss8 < 12);
-  CHECK(std::get<1>(loss_of("--seq-len 32")) >= tokens8);
 
   // eval's errors: what is missing or malformed is named, before any model is read.
   auto none = sh("eval " + run_dir.string());

@@ -269,13 +269,14 @@ TEST_CASE("HellaSwag: pipeline eval predicts what transformers predicts, item fo
   pipeline_cli("export " + (root / "run").string() + " --out " + (root / "hf").string());
   const std::string items = std::string(PIPELINE_SOURCE_DIR) + "/tests/data/hellaswag/val_every50.jsonl";
 
-  const std::string ours = line_starting(pipeline_cli("eval " + (root / "hf").string() + " --hellaswag " + items +
-                                                      " --predictions " + (root / "ours.txt").string()),
-                                         "hellaswag ");
+  // pipeline eval on one thread, as the test process and the reference run.
+  auto eval = [&](const fs::path& model, const std::string& args) {
+    return line_starting(pipeline_cli("eval " + model.string() + " --threads 1 --hellaswag " + items + " " + args),
+                         "hellaswag ");
+  };
+  const std::string ours = eval(root / "hf", "--predictions " + (root / "ours.txt").string());
   // The run directory (its checkpoint) and its export give the same scores.
-  const std::string from_run = line_starting(pipeline_cli("eval " + (root / "run").string() + " --hellaswag " + items +
-                                                          " --predictions " + (root / "run.txt").string()),
-                                             "hellaswag ");
+  const std::string from_run = eval(root / "run", "--predictions " + (root / "run.txt").string());
   const auto r = test_util::shell(kPython + " " + (kScripts / "hellaswag_reference.py").string() + " --model " +
                                   (root / "hf").string() + " --items " + items + " --predictions " +
                                   (root / "theirs.txt").string());
@@ -292,9 +293,7 @@ TEST_CASE("HellaSwag: pipeline eval predicts what transformers predicts, item fo
   CHECK(read_file(root / "run.txt") == predictions);
 
   // --items N: the first N items, the same predictions as the whole file's first N.
-  const std::string first = line_starting(pipeline_cli("eval " + (root / "hf").string() + " --hellaswag " + items +
-                                                       " --items 10 --predictions " + (root / "ten.txt").string()),
-                                          "hellaswag ");
+  const std::string first = eval(root / "hf", "--items 10 --predictions " + (root / "ten.txt").string());
   CHECK(contains(first, " n 10"));
   CHECK(read_file(root / "ten.txt") == predictions.substr(0, 20));
   fs::remove_all(root);

@@ -30,6 +30,7 @@ struct EvalArgs {
   std::string split = "val";
   int64_t seq_len = 0, batch_size = 8;
   std::string dtype = "fp32", device = "auto";
+  int64_t threads = 0;  // torch intra-op threads on the CPU (0: torch's default)
 };
 
 EvalArgs parse(const std::vector<std::string>& args) {
@@ -54,6 +55,8 @@ EvalArgs parse(const std::vector<std::string>& args) {
       e.seq_len = parse_int(a, value(), 1, 1 << 20);
     } else if (a == "--batch-size") {
       e.batch_size = parse_int(a, value(), 1, 1 << 20);
+    } else if (a == "--threads") {
+      e.threads = parse_int(a, value(), 1, 1024);
     } else if (a == "--dtype") {
       e.dtype = value();
       if (e.dtype != "fp32" && e.dtype != "bf16") throw std::invalid_argument("--dtype: expected fp32 or bf16, got '" + e.dtype + "'");
@@ -118,6 +121,7 @@ int eval_main(const std::vector<std::string>& args) {
   datasets::HellaSwagSet items;
   if (!e.hellaswag.empty()) items = datasets::load_hellaswag(e.hellaswag, e.items);
 
+  if (e.threads > 0) at::set_num_threads(static_cast<int>(e.threads));
   const torch::Device device = e.device == "cuda" || (e.device == "auto" && torch::cuda::is_available())
                                    ? torch::Device(torch::kCUDA, 0)
                                    : torch::Device(torch::kCPU);

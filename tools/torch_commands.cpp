@@ -94,7 +94,7 @@ PIPELINE_COMMAND({"export", "write a checkpoint as a Hugging Face transformers G
 
 const char* kEvalUsage = R"(usage: pipeline eval MODEL --hellaswag FILE [--items N] [--predictions OUT]
        pipeline eval MODEL --val DATASET [--split S] [--seq-len T] [--batch-size B]
-       (both at once, too; and [--dtype fp32|bf16] [--device auto|cpu|cuda])
+       (both at once, too; and [--dtype fp32|bf16] [--device auto|cpu|cuda] [--threads N])
 
 MODEL is a .ckpt file, a run directory (its newest checkpoint) or a Hugging Face GPT-2 directory
 (config.json + model.safetensors: from `pipeline export`, save_pretrained or the Hub).
@@ -116,6 +116,7 @@ MODEL is a .ckpt file, a run directory (its newest checkpoint) or a Hugging Face
   --batch-size B   windows per forward pass (default 8)
 --dtype D          fp32 (default) or bf16 (autocast)
 --device D         auto (default: CUDA when present), cpu or cuda
+--threads N        torch threads on the CPU (default: torch's, one per core)
 Timings go to stderr. See docs/eval.md.
 
 Examples:
