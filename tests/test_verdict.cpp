@@ -662,26 +662,20 @@ StageStats waiting_stage(const std::string& name, double busy, double wait, doub
   return x;
 }
 
-// src -> tok -> train -> log and train -> eval, by hand: train's device busy `device` (GPU events).
+// device_run's graph with `train` and `log` in place of its own, and eval after train too: train's
+// device busy `device` (GPU events); train's and tok's input queues full 90% of the time.
 Snapshot waiting_run(const StageStats& train, const StageStats& log, const StageStats& eval, double device) {
-  Snapshot s = ten_steady_seconds();
-  s.stages.push_back(stage("src", 0.1, 0.0, 0.9, true));
-  s.stages.push_back(stage("tok", 0.3, 0.0, 0.7));
-  s.stages.push_back(train);
-  s.stages.back().device_busy_s = device * 10;
-  s.stages.back().device_busy_gpu = device > 0;
-  s.stages.back().steady = s.stages.back().whole_run();
-  s.stages.push_back(log);
+  Snapshot s = device_run(0.0, 0.0, device, device > 0, 0.0);
+  const StageStats measured = s.stages[2];
+  s.stages[2] = train;
+  s.stages[2].device_busy_s = measured.device_busy_s;
+  s.stages[2].device_busy_gpu = measured.device_busy_gpu;
+  s.stages[2].steady = s.stages[2].whole_run();
+  s.stages[3] = log;
   s.stages.push_back(eval);
-  for (const auto& [consumer, producer] : std::vector<std::pair<std::string, std::string>>{
-           {"tok", "src"}, {"train", "tok"}, {"log", "train"}, {"eval", "train"}}) {
-    QueueStats q;
-    q.consumer = consumer;
-    q.producers = {producer};
-    q.capacity = 4;
-    q.full = q.steady_full = consumer == "train" || consumer == "tok" ? 0.9 : 0.1;
-    s.queues.push_back(q);
-  }
+  s.queues.push_back(s.queues.back());
+  s.queues.back().consumer = "eval";
+  for (auto& q : s.queues) q.full = q.steady_full = q.consumer == "train" || q.consumer == "tok" ? 0.9 : 0.1;
   return s;
 }
 
