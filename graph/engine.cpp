@@ -70,7 +70,7 @@
 // The parts: graph_spec.cpp validates the spec, flow_graph.cpp builds and runs the flow graph
 // (every node body), invocation.cpp is what a stage's node does with an input, edge.cpp the
 // credits, device_thread.cpp, source_thread.cpp and timer.cpp the work that leaves the arena,
-// and observe/monitor.cpp the stats (busy, starved, blocked; occupancy; stats.jsonl; trace).
+// and observe/monitor.cpp the stats (busy, device wait, starved, blocked; occupancy; stats.jsonl; trace).
 #include "graph/engine.h"
 
 #include <oneapi/tbb/task_arena.h>

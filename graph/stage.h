@@ -157,9 +157,11 @@ class Emitter {
   /// Timed stages only (StageType::timed): complete this invocation `d` from now, without
   /// holding a thread; its outputs leave then. The stats count the held time as busy.
   void hold_for(std::chrono::nanoseconds d);
-  /// This invocation spent `d` waiting for the device (a CUDA event): the stats record it as the
-  /// stage's device_wait_s, a part of its busy time (the verdict judges the device by
-  /// add_device_busy's time instead).
+  /// This invocation spent `d` asleep waiting for the device (a CUDA event): the stats take it
+  /// out of the stage's busy time and show it as its device wait (device_wait_s), a share of its
+  /// own; the verdict judges the device by add_device_busy's time, and names the stage doing the
+  /// device work rather than one that waits for it. Call it after the wait, inside the
+  /// invocation (process() or finalize()) that waited.
   void add_device_wait(std::chrono::nanoseconds d);
   /// Device (GPU) time spent on behalf of stage `stage`, measured with device events by
   /// whichever stage reads them (log reads train's): the stats show it as that stage's

@@ -224,6 +224,10 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   StageStats b = a;
   b.name = "train";
   b.rank = 1;
+  b.busy_s = 2.5;  // host work; asleep on the device apart
+  b.device_wait_s = 10;
+  b.window_busy = 0.2;
+  b.window_device_wait = 0.75;
   s.stages = {a, b};
   QueueStats q;
   q.consumer = "train";
@@ -240,7 +244,12 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   CHECK(contains(text, "# TYPE pipeline_stage_busy_seconds_total counter\n"));
   CHECK(contains(text, "# TYPE pipeline_edge_occupancy gauge\n"));
   CHECK(m.at(R"(pipeline_stage_busy_seconds_total{stage="tok\"en\\ize",rank="0"})") == 12.5);
-  CHECK(m.at(R"(pipeline_stage_busy_seconds_total{stage="train",rank="1"})") == 12.5);
+  CHECK(m.at(R"(pipeline_stage_busy_seconds_total{stage="train",rank="1"})") == 2.5);
+  CHECK(contains(text, "# TYPE pipeline_stage_device_wait_seconds_total counter\n"));
+  CHECK(m.at(R"(pipeline_stage_device_wait_seconds_total{stage="train",rank="1"})") == 10);
+  CHECK(m.at(R"(pipeline_stage_device_wait_seconds_total{stage="tok\"en\\ize",rank="0"})") == 0);
+  CHECK(m.at(R"(pipeline_stage_busy_ratio{stage="train",rank="1"})") == doctest::Approx(0.2));
+  CHECK(m.at(R"(pipeline_stage_device_wait_ratio{stage="train",rank="1"})") == doctest::Approx(0.75));
   CHECK(m.at(R"(pipeline_stage_items_in_total{stage="train",rank="1"})") == 300);
   CHECK(m.at(R"(pipeline_stage_workers{stage="train",rank="1"})") == 4);
   CHECK(m.at(R"(pipeline_edge_occupancy{edge="pack->train",rank="0"})") == 3);
@@ -328,6 +337,7 @@ TEST_CASE("the live server serves a running graph: its snapshots are stats.jsonl
     REQUIRE_MESSAGE(m2.count(key) == 1, key);
     CHECK(m2.at(key) >= m1.at(key));
     CHECK(m2.count("pipeline_stage_starved_seconds_total{stage=\"" + name + "\",rank=\"0\"}") == 1);
+    CHECK(m2.count("pipeline_stage_device_wait_seconds_total{stage=\"" + name + "\",rank=\"0\"}") == 1);
     CHECK(m2.count("pipeline_stage_items_out_total{stage=\"" + name + "\",rank=\"0\"}") == 1);
   }
   const std::string sink_in = R"(pipeline_stage_items_in_total{stage="sink",rank="0"})";
@@ -475,6 +485,8 @@ for name, f in sorted(families.items()):
   REQUIRE(out.code == 0);
   for (const char* stage : {"src", "slow", "fast", "sink"}) {
     CHECK(contains(out.out, std::string("counter pipeline_stage_busy_seconds_total rank=0,stage=") + stage + " "));
+    CHECK(contains(out.out, std::string("counter pipeline_stage_device_wait_seconds_total rank=0,stage=") + stage + " "));
+    CHECK(contains(out.out, std::string("gauge pipeline_stage_device_wait_ratio rank=0,stage=") + stage + " "));
     CHECK(contains(out.out, std::string("counter pipeline_stage_items_in_total rank=0,stage=") + stage + " "));
     CHECK(contains(out.out, std::string("gauge pipeline_stage_workers rank=0,stage=") + stage + " "));
   }
@@ -592,4 +604,24 @@ TEST_CASE("browser: the live page draws the running graph, and a finished run's 
   CHECK(contains(end, "finished run"));
   CHECK(std::stoll(attribute(end, "data-stage=\"sink\"", "data-items")) >
         std::stoll(attribute(early, "data-stage=\"sink\"", "data-items")));
+
+  // A stage asleep on the device shows its device wait on its box and in its bar; one that never
+  // slept on it shows none.
+  Snapshot dev = series.back();
+  for (auto& st : dev.stages)
+    if (st.name == "fast") {
+      st.device_wait_s = 3;
+      st.window_device_wait = 0.75;
+      st.steady.device_wait = 0.6;
+      st.steady.busy = 0.1;
+    }
+  dev.finished = false;  // the report as it was: not the steady-state view of a finished run
+  test_util::write_file(g.dir / "dev.html", run_page_html({dev}, {}, "device wait"));
+  const std::string waits = dump_dom(browser, "file://" + (g.dir / "dev.html").string(), 500);
+  INFO(waits.substr(0, 4000));
+  CHECK(attribute(waits, "class=\"stage\" data-stage=\"fast\"", "data-device-wait") == "0.750");
+  CHECK(attribute(waits, "class=\"stage\" data-stage=\"slow\"", "data-stage") == "slow");
+  CHECK(attribute(waits, "class=\"stage\" data-stage=\"slow\"", "data-device-wait").empty());
+  CHECK(contains(waits, "device wait 75%"));
+  CHECK(contains(waits, "class=\"split-device-wait\""));
 }

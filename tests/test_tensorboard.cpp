@@ -124,4 +124,17 @@ TEST_CASE("a stats snapshot becomes busy shares, item rates and queue occupancy"
   CHECK(sc[0] == std::pair<std::string, double>{"stage_busy/tokenize", 0.75});
   CHECK(sc[1] == std::pair<std::string, double>{"stage_items_per_s/tokenize", 120});
   CHECK(sc[2] == std::pair<std::string, double>{"queue_occupancy/pack", 0.25});
+
+  // A stage that sleeps on the device (log on a GPU) gets its device-wait share beside its busy one.
+  StageStats log;
+  log.name = "log";
+  log.window_busy = 0.02;
+  log.device_wait_s = 4;
+  log.window_device_wait = 0.95;
+  s.stages.push_back(log);
+  sc = snapshot_scalars(s);
+  REQUIRE(sc.size() == 6);
+  CHECK(sc[2] == std::pair<std::string, double>{"stage_busy/log", 0.02});
+  CHECK(sc[3] == std::pair<std::string, double>{"stage_device_wait/log", 0.95});
+  CHECK(sc[4].first == "stage_items_per_s/log");
 }

@@ -11,12 +11,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "graph/observe/autotune.h"
 #include "graph/engine.h"
 #include "graph/stage.h"
+#include "graph/observe/live_view.h"
+#include "graph/observe/percent.h"
 #include "graph/observe/verdict.h"
 
 using namespace pipeline::graph;
@@ -483,4 +488,276 @@ TEST_CASE("device_busy_gpu survives the JSON round trip") {
   CHECK(back.stage("train")->device_busy_gpu);
   CHECK_FALSE(back.stage("tok")->device_busy_gpu);
   CHECK(analyze(back).kind == "device");
+}
+
+// ---- Device waits: a stage asleep on the device is not busy, and the verdict names the stage
+// doing the device work, not the one waiting for it.
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// One item's device work: when it completes, and how long the device spent on it.
+struct FakeDeviceStep {
+  SteadyClock::time_point done;
+  std::chrono::nanoseconds device;
+};
+
+// A stand-in for train on a GPU, without one: each item costs `host_ms` of host work to "launch",
+// and a "device" runs the items one after another, `device_ms` each. Before item N the thread
+// sleeps until item N-2 is done (train's run-ahead) and reports the sleep as device wait.
+class FakeGpuStep : public Stage {
+ public:
+  explicit FakeGpuStep(const StageContext& ctx)
+      : host_(to_ns(ctx.options.get_float("host_ms"))), device_(to_ns(ctx.options.get_float("device_ms"))) {}
+  void process(Item, Emitter& out) override {
+    if (pending_.size() >= 2) {
+      const auto t0 = SteadyClock::now();
+      std::this_thread::sleep_until(pending_.front());
+      pending_.erase(pending_.begin());
+      out.add_device_wait(SteadyClock::now() - t0);
+    }
+    std::this_thread::sleep_for(host_);
+    free_at_ = std::max(free_at_, SteadyClock::now()) + device_;
+    pending_.push_back(free_at_);
+    out.emit(FakeDeviceStep{free_at_, device_});
+  }
+  static std::chrono::nanoseconds to_ns(double ms) { return std::chrono::nanoseconds(static_cast<int64_t>(ms * 1e6)); }
+
+ private:
+  std::chrono::nanoseconds host_, device_;
+  SteadyClock::time_point free_at_{};
+  std::vector<SteadyClock::time_point> pending_;
+};
+PIPELINE_STAGE(test_fake_gpu_step,
+               {.name = "test_fake_gpu_step", .doc = "train on a pretend GPU: host work, then device work run ahead by 2",
+                .input = port<int64_t>("int"), .output = port<FakeDeviceStep>("test_device_step"),
+                .options = pipeline::config::Schema("test_fake_gpu_step")
+                               .floating("host_ms", 1.0, "host work per item", 0.0, 1e6)
+                               .floating("device_ms", 10.0, "device work per item", 0.0, 1e6),
+                .own_thread = true, .factory = make_factory<FakeGpuStep>()});
+
+// A stand-in for log: sleeps until each step's device work is done (device wait), then reports
+// `timed` of that work as the device stage's GPU time (device events that time only a part).
+class FakeStepLog : public Stage {
+ public:
+  explicit FakeStepLog(const StageContext& ctx)
+      : device_stage_(ctx.options.get_string("device_stage")), timed_(ctx.options.get_float("timed")) {}
+  void process(Item in, Emitter& out) override {
+    const auto& step = in.get<FakeDeviceStep>();
+    const auto t0 = SteadyClock::now();
+    std::this_thread::sleep_until(step.done);
+    out.add_device_wait(SteadyClock::now() - t0);
+    if (timed_ > 0)
+      out.add_device_busy(device_stage_, std::chrono::nanoseconds(static_cast<int64_t>(timed_ * step.device.count())));
+  }
+
+ private:
+  std::string device_stage_;
+  double timed_;
+};
+PIPELINE_STAGE(test_fake_step_log,
+               {.name = "test_fake_step_log", .doc = "log on a pretend GPU: waits for each step's device work",
+                .input = port<FakeDeviceStep>("test_device_step"), .output = no_port(),
+                .options = pipeline::config::Schema("test_fake_step_log")
+                               .string("device_stage", "gpu", "the stage whose device time this reports")
+                               .floating("timed", 1.0, "share of the device work reported as device time", 0.0, 1.0),
+                .own_thread = true, .factory = make_factory<FakeStepLog>()});
+
+// src -> gpu (host 1 ms, device 10 ms per item) -> log, for about 3.5 s, as run_graph runs it;
+// `live`: the live view's lines (line mode, every report) and the terminal table of the final report.
+Snapshot run_fake_gpu(double timed, std::string* live = nullptr) {
+  GraphSpec g;
+  g.add("src", "test_source").set("count", int64_t{330});
+  g.add("gpu", "test_fake_gpu_step", {"src"}, 1, 4);
+  g.add("log", "test_fake_step_log", {"gpu"}, 1, 16).set("timed", timed);
+  Engine e(std::move(g), {.sample_interval = 2ms, .report_interval = 100ms, .steady_window = 1500ms});
+  std::ostringstream lines;
+  LiveView view(e, lines, {.mode = LiveViewOptions::Mode::line, .line_interval_s = 0});
+  auto fut = std::async(std::launch::async, [&] { e.run(); });
+  if (fut.wait_for(60s) != std::future_status::ready) {
+    std::fprintf(stderr, "DEADLOCK: engine did not finish within 60 s\n");
+    std::_Exit(3);
+  }
+  fut.get();
+  Snapshot s = e.final_snapshot();
+  if (live) *live = lines.str() + view.render(s, /*tty=*/true);
+  return s;
+}
+
+double share_sum(const StageSpan& w) { return w.busy + w.device_wait + w.starved + w.blocked + w.order_wait + w.ready; }
+
+}  // namespace
+
+TEST_CASE("a stage asleep on the device: device wait is a share of its own, not busy time") {
+  std::string live;
+  Snapshot s = run_fake_gpu(1.0, &live);
+  Verdict v = judged(s);
+  REQUIRE(s.has_steady());
+  for (const char* name : {"gpu", "log"}) {
+    const StageStats& x = *s.stage(name);
+    MESSAGE(name << ": busy " << x.steady.busy << " device wait " << x.steady.device_wait << " starved "
+                 << x.steady.starved << " blocked " << x.steady.blocked << "; whole run busy " << x.busy()
+                 << " device wait " << x.device_wait());
+    CHECK(x.device_wait_s > 0);
+    CHECK(x.steady.busy < 0.4);          // host work: about 1 ms in 10 for gpu, next to nothing for log
+    CHECK(x.steady.device_wait > 0.5);   // the rest of its time asleep on the device
+    CHECK(x.busy() < 0.5);
+    CHECK(share_sum(x.steady) == doctest::Approx(1.0).epsilon(0.02));
+    CHECK(share_sum(x.whole_run()) == doctest::Approx(1.0).epsilon(0.02));
+    // What it could take counts the wait, which holds its thread as surely as work does.
+    CHECK(x.steady.capacity_per_s < 3 * x.steady.in_per_s);
+  }
+  const StageStats& src = *s.stage("src");
+  CHECK(src.device_wait_s == 0);
+  // The device (timed whole) is saturated: rule 6 names gpu, with its thread's split.
+  CHECK(v.kind == "device");
+  CHECK(v.stage == "gpu");
+  CHECK(has(v.text, "gpu: GPU busy"));
+  CHECK(has(v.text, "waiting for the device"));
+
+  // The live view's lines and table, and the summary table, show the wait beside the busy share.
+  MESSAGE(live);
+  // A line: "... log 100/s 0% +100% device wait (q 0.8/16); ...".
+  CHECK(std::regex_search(live, std::regex(R"( log [0-9]+/s [0-9]+% \+[0-9]+% device wait )")));
+  CHECK(has(live, "dev wait"));         // the terminal table's column
+  std::ostringstream table;
+  print_summary(table, s, v);
+  MESSAGE(table.str());
+  CHECK(has(table.str(), "dev wait"));
+  const std::string log_row = table.str().substr(table.str().find("\nlog "));
+  CHECK(has(log_row.substr(0, log_row.find('\n', 1)), pct(s.stage("log")->steady.device_wait)));
+
+  // stats.jsonl carries it, and reads back the same.
+  Snapshot back = snapshot_from_json(to_json(s));
+  CHECK(back.stage("log")->device_wait_s == doctest::Approx(s.stage("log")->device_wait_s).epsilon(1e-4));
+  CHECK(back.stage("log")->busy_s == doctest::Approx(s.stage("log")->busy_s).epsilon(1e-4));
+  CHECK(back.stage("log")->steady.device_wait == doctest::Approx(s.stage("log")->steady.device_wait).epsilon(1e-4));
+}
+
+TEST_CASE("a stage asleep on the device is not named for being busy: the stage doing the device work is") {
+  // The device events time half of each step's device work: the device share reads about 50%,
+  // under `saturated`, and log sleeps nearly all its time waiting for steps. Counted as busy, the
+  // wait made log "the limit" (a sink busy 99%); the device's work is.
+  Snapshot s = run_fake_gpu(0.5);
+  Verdict v = judged(s);
+  CHECK(s.stage("gpu")->steady.device_busy < 0.8);
+  CHECK(s.stage("log")->steady.busy < 0.5);
+  CHECK(v.kind == "device");
+  CHECK(v.stage == "gpu");
+  CHECK(has(v.text, "gpu: the device's work is the limit: "));
+  CHECK(has(v.text, "device wait"));
+  CHECK_FALSE(has(v.text, "limited by sink"));
+}
+
+namespace {
+
+// A stage of a hand-built snapshot that also sleeps on the device `wait` of its time.
+StageStats waiting_stage(const std::string& name, double busy, double wait, double starved, double blocked,
+                         bool sink = false) {
+  StageStats x = stage(name, busy, starved, blocked, false, sink);
+  x.own_thread = true;
+  x.device_wait_s = wait * 10;
+  x.steady = x.whole_run();
+  return x;
+}
+
+// device_run's graph with `train` and `log` in place of its own, and eval after train too: train's
+// device busy `device` (GPU events); train's and tok's input queues full 90% of the time.
+Snapshot waiting_run(const StageStats& train, const StageStats& log, const StageStats& eval, double device) {
+  Snapshot s = device_run(0.0, 0.0, device, device > 0, 0.0);
+  const StageStats measured = s.stages[2];
+  s.stages[2] = train;
+  s.stages[2].device_busy_s = measured.device_busy_s;
+  s.stages[2].device_busy_gpu = measured.device_busy_gpu;
+  s.stages[2].steady = s.stages[2].whole_run();
+  s.stages[3] = log;
+  s.stages.push_back(eval);
+  s.queues.push_back(s.queues.back());
+  s.queues.back().consumer = "eval";
+  for (auto& q : s.queues) q.full = q.steady_full = q.consumer == "train" || q.consumer == "tok" ? 0.9 : 0.1;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the device-wait rule by hand: who waits, and whose device work it waits for") {
+  // log sleeps 95% of its time on train's steps; train's thread works 20% and sleeps 75% (run-ahead);
+  // the device events see 60% (the rest of the device's work is untimed).
+  const StageStats train = waiting_stage("train", 0.2, 0.75, 0.02, 0.03);
+  const StageStats log = waiting_stage("log", 0.02, 0.95, 0.03, 0.0, true);
+  const StageStats eval = waiting_stage("eval", 0.0, 0.0, 1.0, 0.0, true);
+  Verdict v = analyze(waiting_run(train, log, eval, 0.6));
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "device");
+  CHECK(v.stage == "train");
+  CHECK(has(v.text, "train: the device's work is the limit: log waits for it, busy 2% + device wait 95% with 1 worker"));
+  CHECK(has(v.text, "train's thread busy 20% + device wait 75%"));
+  CHECK(has(v.text, "GPU busy 60% in forward, backward and step (device events"));
+
+  // The shares of format 1 (busy included the wait) would have named log, busy 97%: the rule the
+  // device-wait split replaces.
+  StageStats old_log = stage("log", 0.97, 0.03, 0.0, false, true);
+  old_log.own_thread = true;
+  CHECK(analyze(waiting_run(train, old_log, eval, 0.6)).stage == "log");
+
+  // No stage's device time measured: the waiting stage itself, asleep on the device.
+  v = analyze(waiting_run(waiting_stage("train", 0.2, 0.3, 0.02, 0.48), log, eval, 0.0));
+  MESSAGE(v.text);
+  CHECK(v.stage == "log");
+  CHECK(v.kind == "sink");
+  CHECK(has(v.text, "log: busy 2% + device wait 95% with 1 worker, asleep on the device"));
+
+  // eval sleeps on device work of its own (its forward passes) and train waits on its full queue:
+  // eval is named, not train, whose device is mostly idle.
+  const StageStats blocked = waiting_stage("train", 0.1, 0.05, 0.02, 0.83);
+  const StageStats slow_eval = waiting_stage("eval", 0.05, 0.9, 0.05, 0.0, true);
+  v = analyze(waiting_run(blocked, waiting_stage("log", 0.02, 0.1, 0.88, 0.0, true), slow_eval, 0.15));
+  MESSAGE(v.text);
+  CHECK(v.stage == "eval");
+
+  // A stage busy with host work beyond the waiting one's occupancy keeps its verdict.
+  Snapshot busy_tok = waiting_run(train, waiting_stage("log", 0.02, 0.82, 0.16, 0.0, true), eval, 0.6);
+  busy_tok.stages[1] = stage("tok", 0.97, 0.0, 0.03);
+  v = analyze(busy_tok);
+  CHECK(v.stage == "tok");
+  CHECK(v.kind == "stage");
+}
+
+TEST_CASE("stats files of format 1 (busy included the device wait) read back with the wait apart") {
+  Snapshot s = ten_steady_seconds();
+  s.stages.push_back(waiting_stage("log", 0.1, 0.8, 0.1, 0.0, true));
+  std::string json = to_json(s);
+  // What the previous version wrote: no stats_format, busy_s the invocations' whole time, no
+  // device-wait shares.
+  const auto erase = [&](const std::string& key) {
+    const auto at = json.find(",\"" + key + "\":");
+    REQUIRE(at != std::string::npos);
+    json.erase(at, json.find_first_of(",}", at + 1) - at);
+  };
+  erase("stats_format");
+  erase("window_device_wait");
+  erase("device_wait");  // the whole run's share (the first after device_wait_s)
+  erase("device_wait");  // the steady state's
+  const auto replace_value = [&](size_t from, const std::string& key, const std::string& value) {
+    const auto at = json.find("\"" + key + "\":", from);
+    REQUIRE(at != std::string::npos);
+    const auto v = at + key.size() + 3;
+    json.replace(v, json.find_first_of(",}", v) - v, value);
+  };
+  replace_value(0, "busy_s", "9");
+  replace_value(json.find("\"steady\":"), "busy", "0.9");
+  Snapshot back = snapshot_from_json(json);
+  const StageStats& x = *back.stage("log");
+  CHECK(x.busy_s == doctest::Approx(1.0));  // 9 s in invocations, 8 s of them asleep on the device
+  CHECK(x.device_wait_s == doctest::Approx(8.0));
+  CHECK(x.busy() == doctest::Approx(0.1));
+  CHECK(x.device_wait() == doctest::Approx(0.8));
+  // Its steady state recorded no wait of its own: read as written, the wait inside busy.
+  CHECK(x.steady.busy == doctest::Approx(0.9));
+  CHECK(x.steady.device_wait == 0);
+  // A current file keeps its numbers as written.
+  Snapshot now = snapshot_from_json(to_json(s));
+  CHECK(now.stage("log")->busy_s == doctest::Approx(1.0));
+  CHECK(now.stage("log")->steady.device_wait == doctest::Approx(0.8));
 }

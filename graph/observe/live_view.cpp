@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "graph/observe/percent.h"
+
 namespace pipeline::graph {
 
 LiveView::LiveView(Engine& engine, std::ostream& os, LiveViewOptions opts) : os_(os), opts_(opts) {
@@ -44,6 +46,7 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
     for (const auto& x : s.stages) {
       std::snprintf(buf, sizeof buf, " %s %.0f/s %.0f%%", x.name.c_str(), x.window_items_per_s, 100 * x.window_busy);
       os << buf;
+      if (shows_device_wait(x.window_device_wait)) os << " +" << pct(x.window_device_wait) << " device wait";
       if (const QueueStats* q = s.queue_of(x.name)) {
         std::snprintf(buf, sizeof buf, " (q %.1f/%d)", q->window_mean, q->capacity);
         os << buf;
@@ -60,8 +63,8 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
   std::snprintf(buf, sizeof buf, "%spipeline%s  %.1f s  %s\n", bold, reset, s.t_s, s.status.c_str());
   os << buf;
   if (!status.empty()) os << status << "\n";
-  std::snprintf(buf, sizeof buf, "%-16s %4s %6s %10s   %-*s %s\n", "stage", "wrk", "busy", "items/s", opts_.bar_width + 2,
-                "input queue (now # / mean |)", "cur/cap");
+  std::snprintf(buf, sizeof buf, "%-16s %4s %6s %9s %10s   %-*s %s\n", "stage", "wrk", "busy", "dev wait", "items/s",
+                opts_.bar_width + 2, "input queue (now # / mean |)", "cur/cap");
   os << buf;
   for (const auto& x : s.stages) {
     bool hot = x.name == v.stage;
@@ -80,8 +83,11 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
       bar = std::string(opts_.bar_width + 2, ' ');
       occ = "(source)";
     }
-    std::snprintf(buf, sizeof buf, "%s%-16s %4d %5.0f%% %10.1f   %s %s%s\n", hot ? red : "", x.name.c_str(), x.workers,
-                  100 * x.window_busy, x.window_items_per_s, bar.c_str(), occ.c_str(), hot ? reset : "");
+    // "-" for a stage that never slept on the device (every stage of a CPU run).
+    const std::string wait = x.device_wait_s > 0 ? pct(x.window_device_wait) : "-";
+    std::snprintf(buf, sizeof buf, "%s%-16s %4d %5.0f%% %9s %10.1f   %s %s%s\n", hot ? red : "", x.name.c_str(),
+                  x.workers, 100 * x.window_busy, wait.c_str(), x.window_items_per_s, bar.c_str(), occ.c_str(),
+                  hot ? reset : "");
     os << buf;
   }
   os << (v.stage.empty() ? "" : red) << "bottleneck: " << v.text << (v.stage.empty() ? "" : reset) << "\n";

@@ -42,6 +42,7 @@ void Monitor::start() {
     window_.t = rt_.t0;
     window_.items.assign(rt_.stages.size(), 0);
     window_.busy.assign(rt_.stages.size(), 0);
+    window_.wait.assign(rt_.stages.size(), 0);
     last_sample_ = rt_.t0;
   }
   thread_ = std::thread([this] {
@@ -210,6 +211,7 @@ Monitor::Mark Monitor::mark_now(int64_t now) const {
       int64_t since = cp->busy_since.load(std::memory_order_relaxed);
       if (since && since < now) x.busy_ns += now - since;
       x.cpu_ns += cp->cpu_ns.load(std::memory_order_relaxed);
+      x.wait_ns += cp->device_wait_ns.load(std::memory_order_relaxed);
     }
     x.device_ns = st.device_busy_ns.load(std::memory_order_relaxed);
     x.starved = st.idle_starved_w, x.blocked = st.idle_blocked_w, x.order = st.idle_order_w, x.ready = st.idle_ready_w;
@@ -267,19 +269,22 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
     StageStats& x = s.stages[k];
     StageSpan& w = x.steady;
     w.seconds = seconds;
-    const double busy_s = (b.busy_ns - a.busy_ns) / 1e9;
+    const double wait_s = (b.wait_ns - a.wait_ns) / 1e9;
+    const double busy_s = std::max(0.0, (b.busy_ns - a.busy_ns) / 1e9 - wait_s);  // host work
     w.busy = std::clamp(busy_s / (seconds * x.workers), 0.0, 1.0);
+    w.device_wait = std::clamp(wait_s / (seconds * x.workers), 0.0, 1.0 - w.busy);
+    const double rest = 1 - w.busy - w.device_wait;
     const double starved = b.starved - a.starved, blocked = b.blocked - a.blocked, order = b.order - a.order,
                  ready = b.ready - a.ready, idle = starved + blocked + order + ready;
     if (idle > 0) {
-      w.starved = (1 - w.busy) * starved / idle;
-      w.blocked = (1 - w.busy) * blocked / idle;
-      w.order_wait = (1 - w.busy) * order / idle;
-      w.ready = (1 - w.busy) * ready / idle;
+      w.starved = rest * starved / idle;
+      w.blocked = rest * blocked / idle;
+      w.order_wait = rest * order / idle;
+      w.ready = rest * ready / idle;
     } else if (x.source) {
-      w.ready = 1 - w.busy;
+      w.ready = rest;
     } else {
-      w.starved = 1 - w.busy;
+      w.starved = rest;
     }
     const double in = static_cast<double>(b.in - a.in), out = static_cast<double>(b.out - a.out);
     const double items = x.source ? out : in;
@@ -287,7 +292,7 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
     w.out_per_s = out / seconds;
     w.cpu_cores = (b.cpu_ns - a.cpu_ns) / 1e9 / seconds;
     w.cpu_ms_per_item = items > 0 ? (b.cpu_ns - a.cpu_ns) / 1e6 / items : 0;
-    w.capacity_per_s = busy_s > 0 ? items / busy_s * x.workers : 0;
+    w.capacity_per_s = busy_s + wait_s > 0 ? items / (busy_s + wait_s) * x.workers : 0;
     // Reported as each step completes (log waits for its events): the steps done in the window.
     w.device_busy = std::clamp((b.device_ns - a.device_ns) / 1e9 / seconds, 0.0, 1.0);
     if (st.kind == StageKind::cpu || st.kind == StageKind::source) s.cpu_cores += w.cpu_cores;
@@ -339,13 +344,14 @@ Snapshot Monitor::snapshot(bool finished, bool report) {
       int64_t end = st.end_ns.load(std::memory_order_relaxed);
       x.wall_s = ((end ? end : now) - rt_.t0) / 1e9;
     }
-    x.busy_s = busy_ns / 1e9;
+    // Host work: the invocations' time less the device waits reported in them.
+    x.busy_s = std::max<int64_t>(0, busy_ns - device_wait_ns) / 1e9;
     x.cpu_s = cpu_ns / 1e9;
     x.device_wait_s = device_wait_ns / 1e9;
     x.device_busy_s = st.device_busy_ns.load(std::memory_order_relaxed) / 1e9;
     x.device_busy_gpu = st.device_busy_gpu.load(std::memory_order_relaxed);
     // Idle worker time, split in the proportions the samples saw.
-    double idle = std::max(0.0, x.wall_s * x.workers - x.busy_s);
+    double idle = std::max(0.0, x.wall_s * x.workers - x.busy_s - x.device_wait_s);
     double seen = st.idle_starved_w + st.idle_blocked_w + st.idle_order_w + st.idle_ready_w;
     if (seen > 0) {
       x.starved_s = idle * st.idle_starved_w / seen;
@@ -361,9 +367,12 @@ Snapshot Monitor::snapshot(bool finished, bool report) {
     if (!window_.items.empty() && window_s > 0) {
       x.window_items_per_s = static_cast<double>(items - window_.items[k]) / window_s;
       x.window_busy = std::clamp((x.busy_s - window_.busy[k]) / (window_s * x.workers), 0.0, 1.0);
+      x.window_device_wait =
+          std::clamp((x.device_wait_s - window_.wait[k]) / (window_s * x.workers), 0.0, 1.0 - x.window_busy);
       if (report) {
         window_.items[k] = items;
         window_.busy[k] = x.busy_s;
+        window_.wait[k] = x.device_wait_s;
       }
     }
     s.stages.push_back(std::move(x));

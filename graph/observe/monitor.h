@@ -1,8 +1,11 @@
 // The monitor (engine internals): a thread that samples the running flow graph and reports.
 //
 // What it measures, and where:
-//   - busy: the time each worker slot spent in an invocation (invocation.cpp, exact), and the
-//     CPU time of the stages' own code (thread CPU clock, sampled);
+//   - busy: the time each worker slot spent in an invocation (invocation.cpp, exact) less the
+//     device waits the stage reported in it (Emitter::add_device_wait), which are a share of their
+//     own; and the CPU time of the stages' own code (thread CPU clock, sampled). A wait is reported
+//     when it ends, so a report taken during one counts the part so far as busy and the next
+//     report moves it to device wait (window shares are clamped to [0, 1]);
 //   - idle worker time, split by cause at each sample (every sample_interval): `starved` when
 //     nothing waits on the stage's input edges (items held by a producer for their ordering
 //     turn do not count as waiting), `blocked` when input waits but an output edge has no
@@ -74,7 +77,7 @@ class Monitor {
 
   // The cumulative counters at one moment (a report): a window is the difference of two.
   struct StageMark {
-    int64_t busy_ns = 0, cpu_ns = 0, device_ns = 0;
+    int64_t busy_ns = 0, wait_ns = 0, cpu_ns = 0, device_ns = 0;  // busy_ns: in an invocation, waits included
     double starved = 0, blocked = 0, order = 0, ready = 0;
     uint64_t in = 0, out = 0;
   };
@@ -99,7 +102,7 @@ class Monitor {
   struct Window {
     int64_t t = 0;
     std::vector<uint64_t> items;
-    std::vector<double> busy;
+    std::vector<double> busy, wait;  // host busy and device-wait seconds at the window's start
   } window_;
   std::deque<Mark> marks_;
   std::vector<Event> events_;

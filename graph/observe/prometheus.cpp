@@ -85,8 +85,11 @@ std::string prometheus_text(const Snapshot& s) {
     for (const auto& st : s.stages) w.sample(stage_labels(st), value(st));
   };
   per_stage("pipeline_stage_busy_seconds_total", "counter",
-            "Worker seconds the stage spent working on items, summed over its workers.",
+            "Worker seconds the stage spent on host work for items (device waits apart), summed over its workers.",
             [](const StageStats& st) { return st.busy_s; });
+  per_stage("pipeline_stage_device_wait_seconds_total", "counter",
+            "Worker seconds the stage slept waiting for the device (a CUDA event), summed over its workers.",
+            [](const StageStats& st) { return st.device_wait_s; });
   per_stage("pipeline_stage_starved_seconds_total", "counter",
             "Idle worker seconds with nothing waiting on the stage's input edges.",
             [](const StageStats& st) { return st.starved_s; });
@@ -112,8 +115,11 @@ std::string prometheus_text(const Snapshot& s) {
             [](const StageStats& st) { return static_cast<double>(st.discarded); });
   per_stage("pipeline_stage_workers", "gauge", "Workers (concurrency) of the stage now.",
             [](const StageStats& st) { return static_cast<double>(st.workers); });
-  per_stage("pipeline_stage_busy_ratio", "gauge", "Busy share of the stage's worker time over the last report.",
+  per_stage("pipeline_stage_busy_ratio", "gauge", "Busy share (host work) of the stage's worker time over the last report.",
             [](const StageStats& st) { return st.window_busy; });
+  per_stage("pipeline_stage_device_wait_ratio", "gauge",
+            "Share of the stage's worker time asleep on the device over the last report.",
+            [](const StageStats& st) { return st.window_device_wait; });
   per_stage("pipeline_stage_items_per_second", "gauge", "Items per second through the stage over the last report.",
             [](const StageStats& st) { return st.window_items_per_s; });
 

@@ -13,8 +13,8 @@
 
 namespace pipeline::graph {
 
-/// The snapshot as Prometheus text: counters of worker seconds (busy, starved, blocked, order
-/// wait, ready), CPU and device seconds and items in/out/discarded per stage; gauges of workers,
+/// The snapshot as Prometheus text: counters of worker seconds (busy: host work; device wait;
+/// starved, blocked, order wait, ready), CPU and device seconds and items in/out/discarded per stage; gauges of workers,
 /// each edge's occupancy, capacity and high-water mark, the run's elapsed time, the training
 /// figures (Snapshot::train) and the bottleneck the verdict names.
 std::string prometheus_text(const Snapshot& s);

@@ -44,18 +44,22 @@ void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v) {
     os << "; shares and rates over the steady state (" << fmt(s.steady_from_s, 1) << " s to " << fmt(s.steady_to_s, 1)
        << " s), the whole run's busy share in brackets";
   os << "\n";
-  std::snprintf(buf, sizeof buf, "%-16s %-14s %4s %10s %10s %10s %10s %11s %8s %8s %6s %6s %9s\n", "stage", "type", "wrk",
-                "in", "out", "items/s", "can do/s", "busy", "starved", "blocked", "order", "ready", "cpu ms/it");
+  std::snprintf(buf, sizeof buf, "%-16s %-14s %4s %10s %10s %10s %10s %11s %8s %8s %8s %6s %6s %9s\n", "stage", "type",
+                "wrk", "in", "out", "items/s", "can do/s", "busy", "dev wait", "starved", "blocked", "order", "ready",
+                "cpu ms/it");
   os << buf;
   for (const auto& x : s.stages) {
     const StageSpan w = steady && x.steady.seconds > 0 ? x.steady : x.whole_run();
     std::string busy = pct(w.busy);
     if (steady) busy += " [" + pct(x.busy()) + "]";
-    std::snprintf(buf, sizeof buf, "%-16s %-14s %4d %10llu %10llu %10.1f %10.1f %11s %8s %8s %6s %6s %9.3g%s\n",
+    // Host work and the time asleep on the device are apart; "-" for a stage that never slept on it.
+    const std::string wait = x.device_wait_s > 0 ? pct(w.device_wait) : "-";
+    std::snprintf(buf, sizeof buf, "%-16s %-14s %4d %10llu %10llu %10.1f %10.1f %11s %8s %8s %8s %6s %6s %9.3g%s\n",
                   x.name.c_str(), x.type.c_str(), x.workers, static_cast<unsigned long long>(x.items_in),
                   static_cast<unsigned long long>(x.items_out), x.source ? w.out_per_s : w.in_per_s, w.capacity_per_s,
-                  busy.c_str(), pct(w.starved).c_str(), pct(w.blocked).c_str(), pct(w.order_wait).c_str(),
-                  pct(w.ready).c_str(), w.cpu_ms_per_item, x.name == v.stage ? "  <- bottleneck" : "");
+                  busy.c_str(), wait.c_str(), pct(w.starved).c_str(), pct(w.blocked).c_str(),
+                  pct(w.order_wait).c_str(), pct(w.ready).c_str(), w.cpu_ms_per_item,
+                  x.name == v.stage ? "  <- bottleneck" : "");
     os << buf;
   }
   if (s.cores > 0) {
@@ -195,8 +199,8 @@ std::string occupancy_svg(const std::vector<Snapshot>& series, const std::vector
      << "<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">The stage graph "
      << (steady ? "at its steady state (" + fmt(at->steady_from_s, 1) + " s to " + fmt(at->steady_to_s, 1) + " s)"
                 : std::string("over the whole run"))
-     << "</text>\n<text x=\"10\" y=\"40\" fill=\"#555\">stages coloured by busy share (blue idle, red saturated), edges by "
-        "mean occupancy; the bottleneck outlined in red</text>\n";
+     << "</text>\n<text x=\"10\" y=\"40\" fill=\"#555\">stages coloured by busy share (host work; blue idle, red "
+        "saturated), edges by mean occupancy; the bottleneck outlined in red</text>\n";
   for (const auto& q : at->queues) {
     int c = index_of(q.consumer), p = q.producers.empty() ? -1 : index_of(q.producers.front());
     if (c < 0 || p < 0) continue;
@@ -222,7 +226,9 @@ std::string occupancy_svg(const std::vector<Snapshot>& series, const std::vector
        << "</text><text x=\"7\" y=\"36\" font-size=\"15\" font-weight=\"bold\">" << pct(w.busy) << "</text>"
        << "<text x=\"50\" y=\"35\" font-size=\"10\">busy, " << st.workers << (st.workers == 1 ? " worker" : " workers")
        << "</text><text x=\"7\" y=\"54\" font-size=\"10\">" << fmt(st.source ? w.out_per_s : w.in_per_s, 1)
-       << " items/s, starved " << pct(w.starved) << "</text></g>\n";
+       << " items/s, "
+       << (shows_device_wait(w.device_wait) ? "device wait " + pct(w.device_wait) : "starved " + pct(w.starved))
+       << "</text></g>\n";
   }
   for (size_t i = 0; i < verdict_lines.size(); ++i)
     os << "<text x=\"10\" y=\"" << verdict_y + 16 * static_cast<int>(i) << "\" fill=\"#a40e26\">"

@@ -3,6 +3,7 @@
 // table and chart in report.cpp.
 #include "graph/observe/stats.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -38,6 +39,7 @@ StageSpan StageStats::whole_run() const {
   if (wall_s <= 0) return w;
   const double worker_s = wall_s * workers;
   w.busy = busy_s / worker_s;
+  w.device_wait = device_wait_s / worker_s;
   w.starved = starved_s / worker_s;
   w.blocked = blocked_s / worker_s;
   w.order_wait = order_wait_s / worker_s;
@@ -47,7 +49,9 @@ StageSpan StageStats::whole_run() const {
   w.cpu_cores = cpu_s / wall_s;
   uint64_t items = source ? items_out : items_in;
   w.cpu_ms_per_item = items ? 1000 * cpu_s / static_cast<double>(items) : 0;
-  w.capacity_per_s = busy_s > 0 ? static_cast<double>(items) / busy_s * workers : 0;
+  // An item occupies a worker for its host work and for the device waits inside it.
+  const double occupied_s = busy_s + device_wait_s;
+  w.capacity_per_s = occupied_s > 0 ? static_cast<double>(items) / occupied_s * workers : 0;
   w.device_busy = device_busy_s / wall_s;
   return w;
 }
@@ -55,7 +59,8 @@ StageSpan StageStats::whole_run() const {
 namespace {
 
 void span_json(std::ostream& os, const StageSpan& w) {
-  os << "{\"seconds\":" << w.seconds << ",\"busy\":" << w.busy << ",\"starved\":" << w.starved
+  os << "{\"seconds\":" << w.seconds << ",\"busy\":" << w.busy << ",\"device_wait\":" << w.device_wait
+     << ",\"starved\":" << w.starved
      << ",\"blocked\":" << w.blocked << ",\"order_wait\":" << w.order_wait << ",\"ready\":" << w.ready
      << ",\"in_per_s\":" << w.in_per_s << ",\"out_per_s\":" << w.out_per_s << ",\"cpu_cores\":" << w.cpu_cores
      << ",\"cpu_ms_per_item\":" << w.cpu_ms_per_item << ",\"capacity_per_s\":" << w.capacity_per_s
@@ -67,6 +72,7 @@ StageSpan span_from_json(const JsonValue* x) {
   if (!x) return w;
   w.seconds = x->number("seconds");
   w.busy = x->number("busy");
+  w.device_wait = x->number("device_wait");  // absent before format 2: 0, the wait inside busy
   w.starved = x->number("starved");
   w.blocked = x->number("blocked");
   w.order_wait = x->number("order_wait");
@@ -92,7 +98,8 @@ void verdict_json(std::ostream& os, const Verdict& v) {
 std::string to_json(const Snapshot& s, const Verdict* v) {
   std::ostringstream os;
   os << std::setprecision(6);
-  os << "{\"t\":" << s.t_s << ",\"finished\":" << (s.finished ? "true" : "false") << ",\"status\":" << json_quote(s.status)
+  os << "{\"t\":" << s.t_s << ",\"stats_format\":" << kStatsFormat << ",\"finished\":" << (s.finished ? "true" : "false")
+     << ",\"status\":" << json_quote(s.status)
      << ",\"steady_from\":" << s.steady_from_s << ",\"steady_to\":" << s.steady_to_s << ",\"cores\":" << s.cores << ",\"cpu_cores\":" << s.cpu_cores
      << ",\"process_cores\":" << s.process_cores << ",\"stages\":[";
   for (size_t i = 0; i < s.stages.size(); ++i) {
@@ -106,7 +113,8 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"wall_s\":" << x.wall_s << ",\"device_wait_s\":" << x.device_wait_s
        << ",\"device_busy_s\":" << x.device_busy_s << ",\"device_busy_gpu\":" << (x.device_busy_gpu ? "true" : "false")
        << ",\"window_items_per_s\":" << x.window_items_per_s
-       << ",\"window_busy\":" << x.window_busy << ",\"busy\":" << x.busy() << ",\"items_per_s\":" << x.items_per_s()
+       << ",\"window_busy\":" << x.window_busy << ",\"window_device_wait\":" << x.window_device_wait
+       << ",\"busy\":" << x.busy() << ",\"device_wait\":" << x.device_wait() << ",\"items_per_s\":" << x.items_per_s()
        << ",\"steady\":";
     span_json(os, x.steady);
     if (x.rank >= 0) os << ",\"rank\":" << x.rank;
@@ -170,6 +178,7 @@ Snapshot snapshot_from_json(const std::string& text) {
   s.cores = static_cast<int>(root.number("cores"));
   s.cpu_cores = root.number("cpu_cores");
   s.process_cores = root.number("process_cores");
+  const int format = static_cast<int>(root.number("stats_format", 1));
   for (const auto& x : root.array("stages")) {
     StageStats st;
     st.name = x.string("name");
@@ -189,10 +198,15 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.cpu_s = x.number("cpu_s");
     st.wall_s = x.number("wall_s");
     st.device_wait_s = x.number("device_wait_s");
+    // Format 1 counted the device waits inside busy_s; both were recorded over the whole run, so
+    // the split is exact. Its window and steady-state shares had no device wait of their own: they
+    // are read as written (their busy includes the wait, their device_wait share is 0).
+    if (format < 2) st.busy_s = std::max(0.0, st.busy_s - st.device_wait_s);
     st.device_busy_s = x.number("device_busy_s");
     st.device_busy_gpu = x.flag("device_busy_gpu");
     st.window_items_per_s = x.number("window_items_per_s");
     st.window_busy = x.number("window_busy");
+    st.window_device_wait = x.number("window_device_wait");
     st.rank = static_cast<int>(x.number("rank", -1));
     st.steady = span_from_json(x.find("steady"));
     s.stages.push_back(std::move(st));

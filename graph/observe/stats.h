@@ -17,11 +17,14 @@ namespace pipeline::graph {
 /// One stage over a span of time: shares of its worker time, and rates.
 struct StageSpan {
   double seconds = 0;  // the span's length (0: no data)
-  double busy = 0, starved = 0, blocked = 0, order_wait = 0, ready = 0;  // shares of worker time, sum 1
+  // Shares of worker time, summing to 1: busy is host work only; device_wait the time asleep on the
+  // device (Emitter::add_device_wait: train waiting for step N-2, log for a step's values); the
+  // other four are idle, by cause.
+  double busy = 0, device_wait = 0, starved = 0, blocked = 0, order_wait = 0, ready = 0;
   double in_per_s = 0, out_per_s = 0;  // items taken and emitted per second
   double cpu_cores = 0;                // cores its code kept busy on average (thread CPU time)
   double cpu_ms_per_item = 0;          // CPU time per item (taken; emitted, for a source)
-  double capacity_per_s = 0;           // items/s it could take with its workers: workers / service time
+  double capacity_per_s = 0;           // items/s it could take: workers / (host work + device wait) per item
   double device_busy = 0;  // share of the span the device spent on the stage's work (device_busy_s)
 };
 
@@ -30,22 +33,25 @@ struct StageStats {
   int workers = 1;
   bool source = false, sink = false, own_thread = false;
   uint64_t items_in = 0, items_out = 0, discarded = 0;
-  double busy_s = 0, starved_s = 0, blocked_s = 0;  // summed over workers
+  // Worker seconds, summed over workers. busy_s is host work: the time in an invocation less
+  // its device waits (device_wait_s), so busy_s + device_wait_s + the four idle causes = wall_s * workers.
+  double busy_s = 0, starved_s = 0, blocked_s = 0;
   double order_wait_s = 0;  // idle, output edge full of items waiting for their turn in order
   double ready_s = 0;       // idle with input waiting and room downstream: waiting for a CPU core
   double cpu_s = 0;         // CPU time of the stage's own code (thread CPU clock, sampled)
   double wall_s = 0;        // seconds the stage has existed (per worker)
-  double device_wait_s = 0;  // part of busy_s spent waiting on the device (Emitter::add_device_wait)
+  double device_wait_s = 0;  // asleep on the device (Emitter::add_device_wait), apart from busy_s
   double device_busy_s = 0;  // GPU time spent for this stage (Emitter::add_device_busy)
   bool device_busy_gpu = false;  // device_busy_s from GPU events (false: the host clock stood in)
-  // Over the last report window (live view): rate and busy share.
-  double window_items_per_s = 0, window_busy = 0;
+  // Over the last report window (live view): rate, busy share (host work) and device-wait share.
+  double window_items_per_s = 0, window_busy = 0, window_device_wait = 0;
   int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)
   /// Over the steady-state window (see Snapshot::steady_from_s).
   StageSpan steady;
 
   /// Shares of worker time over the whole run, in [0, 1].
   double busy() const { return wall_s > 0 ? busy_s / (wall_s * workers) : 0; }
+  double device_wait() const { return wall_s > 0 ? device_wait_s / (wall_s * workers) : 0; }
   double starved() const { return wall_s > 0 ? starved_s / (wall_s * workers) : 0; }
   double blocked() const { return wall_s > 0 ? blocked_s / (wall_s * workers) : 0; }
   double order_wait() const { return wall_s > 0 ? order_wait_s / (wall_s * workers) : 0; }
@@ -75,7 +81,8 @@ struct QueueStats {
 struct Verdict {
   std::string stage;       // "" when no single stage is named
   std::string kind;        // "stage", "source", "sink", "cpu" (the cores are used up), "order" (waiting for
-                           // the turn of a slow item) or "none"
+                           // the turn of a slow item), "device" (the device's work), "launch" (kernel
+                           // launches), "input" (a device stage short of input), "straggler" or "none"
   std::string text;        // "tokenize: busy 99% with 4 workers; its input queue full 97% ..."
   std::string suggestion;  // "try more tokenize workers (workers = 8)"
   std::vector<std::string> notes;  // secondary observations (a bursty edge that wants a larger queue)
@@ -124,6 +131,13 @@ struct Snapshot {
 /// The bottleneck rule (graph/observe/verdict.cpp, README "How the verdict is reached"), over the
 /// steady-state window when the snapshot has one, else over the whole run.
 Verdict analyze(const Snapshot& s, double saturated = 0.8);
+
+/// The version of the JSON below, written as "stats_format". 2: busy_s and the busy shares are host
+/// work only, the device wait apart (device_wait_s, "device_wait", "window_device_wait"). 1 (no
+/// "stats_format"; runs before it): busy_s included device_wait_s, which snapshot_from_json
+/// subtracts; that format's window and steady-state busy shares include the wait and are read as
+/// written.
+inline constexpr int kStatsFormat = 2;
 
 /// JSON forms: one object per snapshot (a stats.jsonl line, or stats_summary.json; with
 /// `v`, or else the snapshot's own verdict), and one per event (a stats.jsonl line).

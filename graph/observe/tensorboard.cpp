@@ -90,6 +90,8 @@ std::vector<std::pair<std::string, double>> snapshot_scalars(const Snapshot& s) 
   std::vector<std::pair<std::string, double>> out;
   for (const auto& st : s.stages) {
     out.emplace_back("stage_busy/" + st.name, st.window_busy);
+    // Only for a stage that sleeps on the device (train, log on a GPU): a CPU run gets no empty plots.
+    if (st.device_wait_s > 0) out.emplace_back("stage_device_wait/" + st.name, st.window_device_wait);
     out.emplace_back("stage_items_per_s/" + st.name, st.window_items_per_s);
   }
   for (const auto& q : s.queues)

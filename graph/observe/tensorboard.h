@@ -42,7 +42,9 @@ std::string tensorboard_scalars_event(int64_t step, double wall_time,
                                       const std::vector<std::pair<std::string, double>>& scalars);
 
 /// The scalars TensorBoard plots for one stats snapshot: per stage `stage_busy/<name>` (share of
-/// the last report window its workers were busy) and `stage_items_per_s/<name>`, per queue
+/// the last report window its workers were busy with host work), `stage_device_wait/<name>` (the
+/// share asleep on the device; only for a stage that has waited on it) and
+/// `stage_items_per_s/<name>`, per queue
 /// `queue_occupancy/<consumer>` (mean items held over the window, as a share of its capacity).
 std::vector<std::pair<std::string, double>> snapshot_scalars(const Snapshot& s);
 

@@ -2,7 +2,8 @@
 // all the time: everything upstream of it fills its input and then waits with its output edge
 // full, and everything downstream drains and then waits for input. So, over the steady-state
 // window (the last few seconds once every stage runs; the whole run when there is no window):
-//   1. Each stage's busy share is the time its worker slots spent in an invocation. The rest is
+//   1. Each stage's busy share is the time its worker slots spent in an invocation, less the
+//      time asleep on the device in it (device wait, a share of its own: rule 7). The rest is
 //      idle: starved (nothing on its input), blocked (its output edge full), order wait (its
 //      output edge full of items waiting for their turn in order), ready (input and room, but no
 //      core ran it).
@@ -29,6 +30,12 @@
 //          not kernels, are the limit;
 //        waiting for input: the device and the thread idle, the input queue empty: the input
 //          side's bottleneck (rules 1-5 on the rest) is named, with the device's share.
+//   7. Busy is host work only: a stage asleep on the device (Emitter::add_device_wait: train waiting
+//      for step N-2, log for a step's values) is not busy then. When a stage's busy share plus its
+//      device wait reaches `saturated`, more than any stage's busy share, and rule 6 did not
+//      answer (the device events time only part of the device's work, say), the device's work
+//      holds the graph: the verdict names the stage whose device time is measured (train), or the
+//      waiting stage itself when no stage's is, never the waiting stage for being "busy".
 #include "graph/observe/verdict.h"
 
 #include "graph/observe/percent.h"
@@ -195,11 +202,12 @@ Verdict analyze_host(const View& view, double saturated) {
                      ") lets more items overtake a slow one; less variable time per item helps too";
       return v;
     }
-    double starved = 0, blocked = 0, order = 0, ready = 0, n = 0;
+    double starved = 0, blocked = 0, order = 0, ready = 0, device = 0, n = 0;
     for (const auto& st : s.stages) {
       const StageSpan& w = view.span(st);
       if (w.seconds <= 0) continue;
       starved += w.starved, blocked += w.blocked, order += w.order_wait, ready += w.ready, n += 1;
+      device += w.device_wait;
     }
     v.kind = "none";
     std::snprintf(buf, sizeof buf,
@@ -208,6 +216,7 @@ Verdict analyze_host(const View& view, double saturated) {
                   best->name.c_str(), pct(b.busy).c_str(), pct(starved / n).c_str(), pct(blocked / n).c_str(),
                   pct(order / n).c_str(), pct(ready / n).c_str());
     v.text = buf;
+    if (shows_device_wait(device / n)) v.text += "; asleep on the device " + pct(device / n);
     v.suggestion = ready > std::max({starved, blocked, order}) ? "the stages wait for a core: other work shares the CPU"
                                                                 : "the pipeline has spare capacity at this load";
     return v;
@@ -215,7 +224,7 @@ Verdict analyze_host(const View& view, double saturated) {
 
   v.stage = best->name;
   v.kind = best->source ? "source" : best->sink ? "sink" : "stage";
-  std::string text = best->name + ": busy " + pct(b.busy) + " with " + std::to_string(best->workers) +
+  std::string text = best->name + ": " + busy_text(b.busy, b.device_wait) + " with " + std::to_string(best->workers) +
                      (best->workers == 1 ? " worker" : " workers");
   if (const QueueStats* q = s.queue_of(best->name)) text += "; its input queue full " + pct(view.full(*q)) + " of the time";
   // The consumer right after it that waited longest for input, and how much faster every stage
@@ -308,9 +317,11 @@ std::optional<Verdict> analyze_device(const View& view, const StageStats& d, con
   if (device >= saturated) {
     v.kind = "device";
     v.stage = d.name;
-    std::snprintf(buf, sizeof buf, "%s: %s busy %s in forward, backward and step%s; its thread busy %s, waiting for input %s",
-                  d.name.c_str(), clock, pct(device).c_str(), timed.c_str(), pct(w.busy).c_str(), pct(w.starved).c_str());
+    std::snprintf(buf, sizeof buf, "%s: %s busy %s in forward, backward and step%s; its thread busy %s",
+                  d.name.c_str(), clock, pct(device).c_str(), timed.c_str(), pct(w.busy).c_str());
     v.text = buf;
+    if (shows_device_wait(w.device_wait)) v.text += ", waiting for the device " + pct(w.device_wait);
+    v.text += ", waiting for input " + pct(w.starved);
     v.suggestion = d.device_busy_gpu
                        ? "the GPU is the limit and the input side keeps up: a faster step comes from the model side (bf16, "
                          "CUDA graphs, fused kernels), more throughput from more GPUs"
@@ -349,13 +360,71 @@ std::optional<Verdict> analyze_device(const View& view, const StageStats& d, con
   return std::nullopt;
 }
 
+// Rule 7, or nothing when no stage spends most of its time asleep on the device: the stage whose
+// busy share plus device wait is the largest, at least `saturated` and above what the host
+// verdict's stage is occupied with. The device stage `d` is named unless it is itself held up by
+// its output (a consumer that waits on the device for work of its own: eval's forward passes).
+std::optional<Verdict> analyze_device_wait(const View& view, const StageStats* d, const Verdict& host,
+                                           double saturated) {
+  const Snapshot& s = view.s;
+  const StageStats* waiting = nullptr;
+  double most = 0;
+  for (const auto& st : s.stages) {
+    const StageSpan& w = view.span(st);
+    if (w.seconds <= 0 || !shows_device_wait(w.device_wait) || w.busy >= saturated) continue;
+    if (w.busy + w.device_wait > most) waiting = &st, most = w.busy + w.device_wait;
+  }
+  if (!waiting || most < saturated) return std::nullopt;
+  if (const StageStats* named = host.stage.empty() ? nullptr : s.stage(host.stage)) {
+    const StageSpan& h = view.span(*named);
+    if (h.busy + (host.kind == "order" ? h.order_wait : 0.0) >= most) return std::nullopt;
+  }
+  const StageSpan& w = view.span(*waiting);
+  if (d && d != waiting) {
+    const StageSpan& dw = view.span(*d);
+    if (dw.blocked + dw.order_wait > dw.busy + dw.device_wait) d = nullptr;  // held by its output
+  }
+  Verdict v = host;
+  const std::string occupied = busy_text(w.busy, w.device_wait) + " with " + std::to_string(waiting->workers) +
+                               (waiting->workers == 1 ? " worker" : " workers");
+  std::string queue;
+  if (const QueueStats* q = s.queue_of(waiting->name)) queue = "; its input queue full " + pct(view.full(*q)) + " of the time";
+  std::string text;
+  if (d) {
+    const StageSpan& dw = view.span(*d);
+    v.kind = "device";
+    v.stage = d->name;
+    text = d->name + ": the device's work is the limit: ";
+    if (d == waiting)
+      text += "its thread " + occupied + queue;
+    else
+      text += waiting->name + " waits for it, " + occupied + queue + "; " + d->name + "'s thread " +
+              busy_text(dw.busy, dw.device_wait);
+    text += std::string("; ") + (d->device_busy_gpu ? "GPU" : "compute") + " busy " +
+            pct(std::min(1.0, dw.device_busy)) + " in forward, backward and step" +
+            (d->device_busy_gpu ? " (device events: the device's other work is not in that share)"
+                                : " (host clock: a CPU run)");
+    v.suggestion = "the device is the limit and the input side keeps up: a faster step comes from the model side (bf16, "
+                   "CUDA graphs, fused kernels); a profile shows what the device runs besides forward, backward and step";
+  } else {
+    v.kind = waiting->source ? "source" : waiting->sink ? "sink" : "stage";
+    v.stage = waiting->name;
+    text = waiting->name + ": " + occupied + ", asleep on the device" + queue;
+    v.suggestion = "the device work " + waiting->name + " waits for is the limit: less of it per item, or a faster device";
+  }
+  v.text = text;
+  return v;
+}
+
 }  // namespace
 
 Verdict analyze(const Snapshot& s, double saturated) {
   const View view(s);
   Verdict host = analyze_host(view, saturated);
-  if (const StageStats* d = device_stage(s))
+  const StageStats* d = device_stage(s);
+  if (d)
     if (auto v = analyze_device(view, *d, host, saturated)) return *v;
+  if (auto v = analyze_device_wait(view, d, host, saturated)) return *v;
   return host;
 }
 
@@ -386,7 +455,7 @@ Verdict VerdictTracker::update(const Snapshot& s, bool& changed) {
   held.stage = shown_key_.substr(bar + 1);
   if (const StageStats* st = s.stage(held.stage)) {
     const StageSpan& w = s.has_steady() && st->steady.seconds > 0 ? st->steady : st->whole_run();
-    held.text = held.stage + ": busy " + pct(w.busy) + " with " + std::to_string(st->workers) +
+    held.text = held.stage + ": " + busy_text(w.busy, w.device_wait) + " with " + std::to_string(st->workers) +
                 (st->workers == 1 ? " worker" : " workers") + " (held; " + v.stage + " may take over: " + v.text + ")";
   } else {
     held.text = v.text;
