@@ -20,16 +20,11 @@ BUILD=${PIPELINE_BUILD_DIR:-$ROOT/build-onetbb}
 VENV=$CACHE/onetbb-$TBB_VERSION
 TESTS=(test_graph test_flow_graph test_engine_faults test_engine_stress)
 say() { printf '\033[1m[check_onetbb]\033[0m %s\n' "$*" >&2; }
+# shellcheck source=tools/pinned_venv.sh
+source "$ROOT/tools/pinned_venv.sh"
 start=$SECONDS
 
-if [[ "$(cat "$VENV/.pipeline-onetbb" 2>/dev/null)" != "$TBB_VERSION" ]]; then
-  say "installing tbb-devel==$TBB_VERSION into $VENV (once; about 7 MB)"
-  mkdir -p "$CACHE"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --no-cache-dir "tbb-devel==$TBB_VERSION" >&2
-  echo "$TBB_VERSION" >"$VENV/.pipeline-onetbb"
-fi
+pinned_install "$VENV" onetbb "tbb-devel==$TBB_VERSION" "about 7 MB" new
 TBB_CMAKE=$VENV/lib/cmake/tbb
 [[ -f $TBB_CMAKE/TBBConfig.cmake ]] || { echo "check_onetbb: no TBBConfig.cmake in $TBB_CMAKE (tbb-devel's layout changed?)" >&2; exit 1; }
 

@@ -31,6 +31,8 @@ for a in "$@"; do
 done
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+# shellcheck source=tools/pinned_venv.sh
+source "$(dirname "${BASH_SOURCE[0]}")/pinned_venv.sh"
 
 # 1. Debian packages (only the missing ones; apt is not touched when all are present).
 PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
@@ -71,20 +73,11 @@ elif [[ -z ${Torch_DIR:-} ]]; then
   fi
   # The tools tests/test_interop checks against, pinned, in the same venv (they import torch).
   # A stamp records what was installed, so a second run neither downloads nor asks pip anything.
-  INTEROP="transformers==5.23.0 safetensors==0.8.0 tensorboard==2.21.0"
-  if [[ "$(cat "$VENV/.pipeline-interop" 2>/dev/null)" != "$INTEROP" ]]; then
-    say "installing $INTEROP into $VENV (once; for the interop tests)"
-    # shellcheck disable=SC2086  # one requirement per word
-    "$PY" -m pip install -q --no-cache-dir $INTEROP "torch==$TORCH_VERSION" >&2
-    echo "$INTEROP" > "$VENV/.pipeline-interop"
-  fi
+  # (torch named too, so that pip keeps it at its pin.)
+  pinned_install "$VENV" interop "transformers==5.23.0 safetensors==0.8.0 tensorboard==2.21.0 torch==$TORCH_VERSION" \
+    "for the interop tests"
   # The reference parser test_live_prometheus checks /metrics with.
-  PROMETHEUS="prometheus-client==0.26.0"
-  if [[ "$(cat "$VENV/.pipeline-prometheus" 2>/dev/null)" != "$PROMETHEUS" ]]; then
-    say "installing $PROMETHEUS into $VENV (once; for the /metrics test)"
-    "$PY" -m pip install -q --no-cache-dir "$PROMETHEUS" >&2
-    echo "$PROMETHEUS" > "$VENV/.pipeline-prometheus"
-  fi
+  pinned_install "$VENV" prometheus "prometheus-client==0.26.0" "for the /metrics test"
   Torch_DIR=$("$PY" -c "import torch, os; print(os.path.join(os.path.dirname(torch.__file__), 'share/cmake/Torch'))")
   TORCH_PY=$PY
 else
@@ -98,14 +91,7 @@ WITH_PARQUET=${PIPELINE_WITH_PARQUET:-ON}
 if [[ $WITH_PARQUET == ON ]]; then
   ARROW_VENV=$CACHE/arrow-$ARROW_VERSION
   ARROW_PY=$ARROW_VENV/bin/python
-  if [[ "$(cat "$ARROW_VENV/.pipeline-arrow" 2>/dev/null)" != "$ARROW_VERSION" ]]; then
-    say "installing pyarrow==$ARROW_VERSION into $ARROW_VENV (once; about 200 MB)"
-    mkdir -p "$CACHE"
-    rm -rf "$ARROW_VENV"
-    python3 -m venv "$ARROW_VENV"
-    "$ARROW_PY" -m pip install -q --no-cache-dir "pyarrow==$ARROW_VERSION" >&2
-    echo "$ARROW_VERSION" > "$ARROW_VENV/.pipeline-arrow"
-  fi
+  pinned_install "$ARROW_VENV" arrow "pyarrow==$ARROW_VERSION" "about 200 MB" new
   ARROW_DIR=$("$ARROW_PY" -c "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))")
 fi
 
