@@ -225,6 +225,29 @@ Override parse_override(const std::string& arg) {
   return Override{path.substr(0, dot), path.substr(dot + 1), arg.substr(eq + 1), arg};
 }
 
+// A TOML basic string holding s: quotes, backslashes and control characters escaped.
+std::string toml_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += static_cast<char>(c);
+        }
+    }
+  }
+  return out + "\"";
+}
+
 int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
 
 std::string describe_node(const toml::node& n) {
@@ -457,7 +480,14 @@ Section Document::resolve(const std::string& section, const Schema& schema) cons
     try {
       parsed = toml::parse("v = " + o.text);
     } catch (const toml::parse_error&) {
-      parsed = toml::table{{"v", o.text}};
+      // As a string, it must be text a config file could hold (UTF-8): the resolved config is
+      // written back as TOML (the run directory's config.toml) and read again on resume.
+      try {
+        parsed = toml::parse("v = " + toml_string(o.text));
+      } catch (const toml::parse_error& e) {
+        throw ConfigError("--set " + o.arg + ": [" + section + "] " + o.key + ": the value is not valid UTF-8, which a config must be (" +
+                          std::string(e.description()) + ")");
+      }
     }
     std::string why;
     auto val = convert(*parsed.get("v"), *spec, why);
@@ -592,28 +622,6 @@ void print_table(std::ostream& os, const std::vector<Section>& sections) {
 }
 
 namespace {
-
-std::string toml_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out + "\"";
-}
 
 std::string toml_value(const Value& v) {
   if (auto p = std::get_if<std::string>(&v)) return toml_string(*p);

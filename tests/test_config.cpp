@@ -140,6 +140,18 @@ TEST_CASE("--set overrides use the same names, types and validation") {
 
   auto no_eq = error_of([] { Document::parse("", "o.toml", {"model.n_layer"}); });
   CHECK(contains(no_eq, "expected section.key=value"));
+
+  // A bare string may hold what TOML escapes (quotes, backslashes, control characters) and is
+  // written back so that it reads again; bytes that are not UTF-8 are refused, as in a file.
+  Schema text("model");
+  text.string("prompt", "", "any text");
+  const std::string odd_value = "a\"b\\c\x02" "d \xc3\xa9";
+  auto odd = Document::parse("", "o.toml", {"model.prompt=" + odd_value}).resolve("model", text);
+  CHECK(odd.get_string("prompt") == odd_value);
+  CHECK(Document::parse(to_toml({odd}), "again.toml").resolve("model", text).get_string("prompt") == odd_value);
+  auto not_utf8 = error_of([&] { Document::parse("", "o.toml", {"model.prompt=ab\xff\xfe"}).resolve("model", text); });
+  CHECK(contains(not_utf8, "--set model.prompt=ab"));
+  CHECK(contains(not_utf8, "[model] prompt: the value is not valid UTF-8"));
 }
 
 TEST_CASE("unknown sections and stray keys are reported by check_all_used") {
