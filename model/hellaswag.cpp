@@ -7,8 +7,16 @@ namespace pipeline::model {
 
 namespace {
 
-// Scored positions projected onto the vocabulary at a time: 512 x 50257 fp32 logits are 103 MB.
-constexpr int64_t kHeadChunk = 512;
+// Scored positions projected onto the vocabulary at a time. On a GPU, 512 (512 x 50304 fp32
+// logits are 103 MB, from the caching allocator). On the CPU, as many as keep a (k, V) fp32 block
+// within 16 MiB (83 for GPT-2's vocabulary): glibc serves larger blocks with mmap and unmaps
+// them when freed, so every chunk would fault its pages in afresh (the whole split spent as much
+// time in the kernel as in the model); smaller ones come back from the heap.
+int64_t head_chunk(const torch::Device& device, int64_t vocab) {
+  if (device.is_cuda()) return 512;
+  constexpr int64_t kCpuBlockBytes = int64_t{16} << 20;
+  return std::max<int64_t>(1, kCpuBlockBytes / (vocab * static_cast<int64_t>(sizeof(float))));
+}
 
 // One forward pass: the rows of items [first, end).
 struct Pass {
@@ -82,9 +90,10 @@ HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, 
     auto targets = torch::tensor(target, torch::kLong).to(device);  // (N)
     // The head and the softmax a chunk of positions at a time: (chunk, V) fp32 logits, not (N, V).
     const auto N = static_cast<int64_t>(target.size());
+    const int64_t chunk = head_chunk(device, model->wte->weight.size(0));
     auto losses = torch::empty({N}, torch::TensorOptions().dtype(torch::kFloat).device(device));  // (N)
-    for (int64_t c = 0; c < N; c += kHeadChunk) {
-      const int64_t k = std::min(kHeadChunk, N - c);
+    for (int64_t c = 0; c < N; c += chunk) {
+      const int64_t k = std::min(chunk, N - c);
       auto logits = at::linear(scored.narrow(0, c, k), model->wte->weight).narrow(1, 0, cfg.vocab_size).to(torch::kFloat);  // (k, V)
       losses.narrow(0, c, k).copy_(torch::nn::functional::cross_entropy(
           logits, targets.narrow(0, c, k), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)));
