@@ -9,6 +9,7 @@
 // each clone, so the caching allocator does not reuse a clone's memory until that copy has run,
 // whichever thread drops the step. The results (loss sum, the sample's ids, HellaSwag's losses)
 // come back in pinned buffers behind one event, waited for without spinning.
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -60,10 +61,15 @@ class Eval : public graph::Stage {
   void initialize() override {
     if (!active_) return;
     // On a CPU run evaluation shares the cores with training: this thread, and the OpenMP threads
-    // its work starts (they inherit it), run at nice +10, so that it takes the cycles training
-    // leaves idle rather than the ones it trains with. It is asynchronous work: its results may
-    // come later, the steps may not. (Best effort: a refusal leaves the priority as it was.)
-    if (!rc_.device.is_cuda()) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+    // its work starts (they inherit it), run under SCHED_IDLE (where refused, at nice +19), so
+    // that it takes the cycles training leaves idle rather than the ones it trains with. It is
+    // asynchronous work: its results may come later, the steps may not; should it fall behind by
+    // its whole input queue, train waits for it, and then the cores are idle for it.
+    if (!rc_.device.is_cuda()) {
+      const sched_param idle{};
+      if (sched_setscheduler(0, SCHED_IDLE, &idle) != 0)  // 0: this thread
+        (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    }
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       model::use_device(rc_.device);
