@@ -17,6 +17,12 @@ bool wants_help(const std::vector<std::string>& args) {
   return std::any_of(args.begin(), args.end(), [](const std::string& a) { return a == "-h" || a == "--help"; });
 }
 
+const std::string& option_value(const std::vector<std::string>& args, size_t& i, const std::string& command) {
+  if (i + 1 >= args.size())
+    throw std::invalid_argument(args[i] + " needs a value (see pipeline " + command + " --help)");
+  return args[++i];
+}
+
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   size_t used = 0;
   long long x = 0;

@@ -37,6 +37,10 @@ bool wants_help(const std::vector<std::string>& args);
 /// option and the range otherwise.
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi);
 
+/// The value that follows the option args[i] (i moves onto it); std::invalid_argument
+/// "OPTION needs a value (see pipeline COMMAND --help)" when args ends there.
+const std::string& option_value(const std::vector<std::string>& args, size_t& i, const std::string& command);
+
 /// Runs a command: its usage for --help, else its function, with an exception turned into
 /// "pipeline NAME: error: ..." on stderr and exit code 1.
 int run_command(const Command& c, const std::vector<std::string>& args);

@@ -37,10 +37,7 @@ EvalArgs parse(const std::vector<std::string>& args) {
   EvalArgs e;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value (see pipeline eval --help)");
-      return args[++i];
-    };
+    auto value = [&]() -> const std::string& { return option_value(args, i, "eval"); };
     if (a == "--hellaswag") {
       e.hellaswag = value();
     } else if (a == "--items") {

@@ -23,10 +23,7 @@ int export_main(const std::vector<std::string>& args) {
   bool tokenizer = true;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value (see pipeline export --help)");
-      return args[++i];
-    };
+    auto value = [&]() -> const std::string& { return option_value(args, i, "export"); };
     if (a == "--out") {
       out = value();
     } else if (a == "--checkpoint" || !a.starts_with("-")) {  // (--checkpoint: as `pipeline generate` takes it)

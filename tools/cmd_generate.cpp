@@ -18,10 +18,7 @@ int generate_main(const std::vector<std::string>& args) {
   so.temperature = 0.8;
   so.top_k = 40;
   for (size_t i = 0; i < args.size(); ++i) {
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value");
-      return args[++i];
-    };
+    auto value = [&]() -> const std::string& { return option_value(args, i, "generate"); };
     // A finite number >= 0; `whole`: an integer.
     auto number = [&](const std::string& flag, bool whole) {
       const auto& v = value();

@@ -12,6 +12,7 @@
 namespace {
 
 using pipeline::datasets::PrepareOptions;
+using pipeline::cli::option_value;
 using pipeline::cli::parse_int;
 
 const char* kUsage = R"(usage: pipeline prepare INPUT... --out DIR [options]
@@ -57,11 +58,6 @@ example (tiny-shakespeare ships compressed in the repository):
   pipeline prepare fineweb-edu/sample/10BT --out data/edu_fineweb --format llmc --val-fraction 0.01
 )";
 
-std::string need_value(const std::vector<std::string>& args, size_t& i) {
-  if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a value (see pipeline prepare --help)");
-  return args[++i];
-}
-
 int prepare_main(const std::vector<std::string>& args) {
   PrepareOptions o;
   std::vector<std::filesystem::path> inputs;
@@ -69,11 +65,11 @@ int prepare_main(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a == "--out") {
-      o.out_dir = need_value(args, i);
+      o.out_dir = option_value(args, i, "prepare");
     } else if (a == "--tokens") {
       o.tokens = true;
     } else if (a == "--format") {
-      std::string f = need_value(args, i);
+      std::string f = option_value(args, i, "prepare");
       if (f == "tokens") {
         o.tokens = true;
       } else if (f == "llmc") {
@@ -82,11 +78,11 @@ int prepare_main(const std::vector<std::string>& args) {
         throw std::invalid_argument("--format " + f + ": expected text, tokens or llmc");
       }
     } else if (a == "--llmc-prefix") {
-      o.llmc_prefix = need_value(args, i);
+      o.llmc_prefix = option_value(args, i, "prepare");
     } else if (a == "--split") {
-      o.rule = pipeline::datasets::parse_document_rule(need_value(args, i));
+      o.rule = pipeline::datasets::parse_document_rule(option_value(args, i, "prepare"));
     } else if (a == "--val-fraction") {
-      std::string v = need_value(args, i);
+      std::string v = option_value(args, i, "prepare");
       size_t used = 0;
       try {
         o.val_fraction = std::stod(v, &used);
@@ -96,7 +92,7 @@ int prepare_main(const std::vector<std::string>& args) {
       if (used != v.size() || !(o.val_fraction >= 0.0 && o.val_fraction < 1.0))
         throw std::invalid_argument("--val-fraction " + v + ": expected a number in [0, 1)");
     } else if (a == "--seed") {
-      std::string v = need_value(args, i);
+      std::string v = option_value(args, i, "prepare");
       size_t used = 0;
       try {
         o.seed = std::stoull(v, &used);
@@ -106,13 +102,13 @@ int prepare_main(const std::vector<std::string>& args) {
       if (used != v.size() || v.empty() || v[0] == '-')
         throw std::invalid_argument("--seed " + v + ": expected a non-negative integer");
     } else if (a == "--shard-size") {
-      o.shard_size = pipeline::datasets::parse_byte_size(need_value(args, i));
+      o.shard_size = pipeline::datasets::parse_byte_size(option_value(args, i, "prepare"));
     } else if (a == "--level") {
-      o.level = static_cast<int>(parse_int(a, need_value(args, i), 1, 19));
+      o.level = static_cast<int>(parse_int(a, option_value(args, i, "prepare"), 1, 19));
     } else if (a == "--threads") {
-      o.threads = static_cast<int>(parse_int(a, need_value(args, i), 1, 1024));
+      o.threads = static_cast<int>(parse_int(a, option_value(args, i, "prepare"), 1, 1024));
     } else if (a == "--column") {
-      o.column = need_value(args, i);
+      o.column = option_value(args, i, "prepare");
     } else if (a == "--force") {
       o.overwrite = true;
     } else if (a == "--quiet" || a == "-q") {
