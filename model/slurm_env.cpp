@@ -140,14 +140,6 @@ std::vector<std::string> expand_hostlist(const std::string& list, size_t max_hos
   return out;
 }
 
-std::string first_host(const std::string& list) {
-  const auto patterns = parse(list);
-  std::string out;
-  for (const auto& seg : patterns.front())
-    out += seg.group.empty() ? seg.text : padded(seg.group.front().lo, seg.group.front().width);
-  return out;
-}
-
 std::vector<int> expand_tasks_per_node(const std::string& s) {
   std::vector<int> out;
   for (size_t at = 0; at <= s.size();) {

@@ -32,9 +32,6 @@ namespace pipeline::dist {
 /// that runs backwards, more than `max_hosts` names).
 std::vector<std::string> expand_hostlist(const std::string& list, size_t max_hosts = 1 << 20);
 
-/// The first name of a host list, without expanding the rest.
-std::string first_host(const std::string& list);
-
 /// Expands Slurm's tasks per node: "2(x3),1" -> 2 2 2 1. Throws std::invalid_argument.
 std::vector<int> expand_tasks_per_node(const std::string& s);
 
