@@ -32,7 +32,7 @@ done
 
 say() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 # shellcheck source=tools/pinned_venv.sh
-source "$(dirname "${BASH_SOURCE[0]}")/pinned_venv.sh"
+source "$ROOT/tools/pinned_venv.sh"
 
 # 1. Debian packages (only the missing ones; apt is not touched when all are present).
 PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-venv
