@@ -1,6 +1,6 @@
 // Loading a part of `pipeline` that is built as a module of its own and loaded only when a
 // command needs it: the LibTorch half (tools/torch_commands.cpp) and Arrow's half of the Parquet
-// reader (datasets/parquet_module.cpp). Each keeps its heavy libraries out of the start-up of
+// reader (datasets/parquet/parquet_module.cpp). Each keeps its heavy libraries out of the start-up of
 // every other command.
 #pragma once
 

@@ -3,7 +3,7 @@
 // train stage calls. Without torchrun's environment none of this exists and a run is one process.
 //
 // What each rank does:
-//   - reads its own documents (RunContext::partition, datasets/partition.h);
+//   - reads its own documents (RunContext::partition, datasets/plan/partition.h);
 //   - trains the same model on them; gradients are averaged by a bucketed all-reduce that overlaps
 //     backward (dist::GradientReducer), on the last micro-batch of a step only;
 //   - logs the loss and gradient norm averaged over the ranks;
@@ -24,8 +24,8 @@
 #include <string>
 #include <vector>
 
-#include "model/dist_group.h"
-#include "model/dist_reducer.h"
+#include "model/dist/dist_group.h"
+#include "model/dist/dist_reducer.h"
 #include "stages/ranks.h"
 #include "stages/settings.h"
 
@@ -73,7 +73,7 @@ class DataParallel : public Ranks {
 /// Where this run's data starts, from a checkpoint's metadata (the single "cursor" of a
 /// one-process run, or "cursors" of a data-parallel one), on any number of ranks: what the ranks
 /// that wrote it consumed, with what the runs before them consumed, as `done` (the readers deal
-/// out the rest on this run's ranks: datasets/partition.h), and the reader position a mix
+/// out the rest on this run's ranks: datasets/plan/partition.h), and the reader position a mix
 /// replays from. A checkpoint whose cursors are only each rank's own (written before cursors
 /// carried a place every rank shares) gives this rank's ("cursors"[rank]), and is refused with a
 /// sentence on another number of ranks. Throws std::runtime_error naming the checkpoint and key.

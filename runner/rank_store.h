@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "graph/observe/stats.h"
-#include "model/dist_group.h"
+#include "model/dist/dist_group.h"
 #include "runner/rank_stats.h"
 
 namespace pipeline::stages {

@@ -3,8 +3,8 @@
 
 #include "graph/observe/listen_address.h"
 
-#include "datasets/llmc_shard.h"
-#include "datasets/parquet_reader.h"
+#include "datasets/llmc/llmc_shard.h"
+#include "datasets/parquet/parquet_reader.h"
 
 namespace pipeline::stages {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "model/hf_config.h"
+#include "model/hf/hf_config.h"
 
 namespace pipeline::stages {
 

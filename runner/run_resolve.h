@@ -9,7 +9,7 @@
 
 #include "base/config.h"
 #include "graph/engine.h"
-#include "model/gpt_config.h"
+#include "model/net/gpt_config.h"
 #include "runner/run_config.h"
 
 namespace pipeline::stages {

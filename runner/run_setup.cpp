@@ -10,11 +10,11 @@
 
 #include "base/atomic_file.h"
 #include "base/json.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_config.h"
-#include "model/device_event.h"
-#include "model/dist_env.h"
-#include "model/slurm_env.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/checkpoint_config.h"
+#include "model/device/device_event.h"
+#include "model/dist/dist_env.h"
+#include "model/dist/slurm_env.h"
 #include "runner/data_parallel.h"
 
 namespace pipeline::stages {

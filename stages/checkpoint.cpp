@@ -1,7 +1,7 @@
 // checkpoint: writes the snapshots train takes (every [checkpoint] every steps and at the end)
 // to RUN_DIR/checkpoints/step_NNNNNNNN.ckpt, atomically, keeping the newest `keep`. Writing
 // happens here, on its own thread: training only paid for enqueuing the copies of the state into
-// reused pinned buffers (model/snapshot.h), which go back to train's pool once this stage has
+// reused pinned buffers (model/checkpoint/snapshot.h), which go back to train's pool once this stage has
 // written them and let go of the step.
 // A write that fails stops the run or is logged, as [checkpoint] on_error says.
 #include <algorithm>

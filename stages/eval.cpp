@@ -1,7 +1,7 @@
 // eval: every [eval] every steps, the validation loss over a fixed set of batches from the
 // validation split and a short sample from a fixed prompt (KV cache, under the training's
 // autocast); with [eval] hellaswag, every hellaswag_every steps (default: with each of those), the
-// HellaSwag accuracy (model/hellaswag.h). It runs on its own thread and stream with its own copy
+// HellaSwag accuracy (model/eval/hellaswag.h). It runs on its own thread and stream with its own copy
 // of the model (weights handed over by train), so neither training nor the input side waits for it.
 //
 // Stream order, not host waits: eval's stream waits on the step's event (after which train's
@@ -18,16 +18,16 @@
 
 #include "base/nvtx.h"
 
-#include "datasets/hellaswag.h"
-#include "datasets/manifest.h"
-#include "datasets/parquet_reader.h"
-#include "datasets/split_tokens.h"
+#include "datasets/eval/hellaswag.h"
+#include "datasets/shards/manifest.h"
+#include "datasets/parquet/parquet_reader.h"
+#include "datasets/sources/split_tokens.h"
 #include "base/json.h"
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "graph/stage.h"
-#include "model/autocast.h"
-#include "model/generate.h"
-#include "model/hellaswag.h"
+#include "model/net/autocast.h"
+#include "model/eval/generate.h"
+#include "model/eval/hellaswag.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
@@ -197,7 +197,7 @@ class Eval : public graph::Stage {
       ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
 
   // The fixed validation set: the first batches*B*T+1 tokens of the validation split of `source`
-  // ([data] dataset, or the stage's own `dataset`) as training sees them (datasets/split_tokens.h);
+  // ([data] dataset, or the stage's own `dataset`) as training sees them (datasets/sources/split_tokens.h);
   // of a held-out Parquet source, its first documents.
   void load_validation(const std::filesystem::path& source, bool own, const std::string& name) {
     const auto& cfg = rc_.cfg;

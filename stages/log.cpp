@@ -1,7 +1,7 @@
 // log: turns step results into a progress line (step/total, loss, learning rate, tokens/s,
 // MFU, ETA) and one metrics.jsonl line per step. MFU (PaLM's FLOPs a token, GPTConfig::
 // flops_per_token) divides by [logging] peak_tflops, or the peak the table has for the GPU
-// (model/device_peak.h); where there is none (the CPU, a GPU the table lacks) it is "—" in the
+// (model/device/device_peak.h); where there is none (the CPU, a GPU the table lacks) it is "—" in the
 // progress line and absent from metrics.jsonl (so from TensorBoard, /metrics and the live page),
 // and one line at start-up says how to set it: never a number divided by another GPU's peak. It waits for each step's event here,
 // off the training thread and without spinning, so training never stalls on reading its loss;
@@ -15,9 +15,9 @@
 
 #include "base/duration.h"
 #include "graph/stage.h"
-#include "model/cpu_advice.h"
-#include "model/device_event.h"
-#include "model/device_peak.h"
+#include "model/device/cpu_advice.h"
+#include "model/device/device_event.h"
+#include "model/device/device_peak.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

@@ -15,7 +15,7 @@
 // Single worker, input in order, so the batches are the same whatever the upstream worker
 // counts. Each batch records the exact data position after it, which a checkpoint stores: the
 // reader position and tokens after it (this rank's), and the document and token the stream goes
-// on with (every rank's alike: datasets/partition.h), from the documents the chunks mark. A
+// on with (every rank's alike: datasets/plan/partition.h), from the documents the chunks mark. A
 // document that an earlier run began comes marked with the tokens to drop, and pack drops them.
 #include <algorithm>
 #include <cstring>

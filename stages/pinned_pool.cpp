@@ -6,7 +6,7 @@
 #include <optional>
 #include <stdexcept>
 
-#include "model/device_event.h"
+#include "model/device/device_event.h"
 
 namespace pipeline::stages {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "graph/stage.h"
-#include "model/device_event.h"
+#include "model/device/device_event.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {

@@ -1,6 +1,6 @@
 // read_shards: the source of a training graph. Streams documents from the text shards of a
 // prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position;
-// from Parquet files (a file, directory, glob or hub snapshot: datasets/parquet_reader.h, row
+// from Parquet files (a file, directory, glob or hub snapshot: datasets/parquet/parquet_reader.h, row
 // groups shuffled with the run's seed, decoded on the reader's own thread); or, with `mix`, from
 // several of these drawn by weight (reproducible and resumable). Documents
 // leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk, each
@@ -8,9 +8,9 @@
 #include <algorithm>
 #include <optional>
 
-#include "datasets/document_mix.h"
-#include "datasets/dataset_reader.h"
-#include "datasets/parquet_reader.h"
+#include "datasets/sources/document_mix.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/parquet/parquet_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 

@@ -52,8 +52,8 @@ struct TrainingSection {
   double grad_clip = 1.0;     // 0 disables clipping
   std::string dtype = "bf16"; // bf16 | fp32 (autocast dtype for forward)
   std::string matmul_precision = "high";  // fp32 matmuls on CUDA: high (TF32) | highest | medium
-  bool cuda_graph = false;    // replay the step as CUDA graphs (model/captured_step.h)
-  std::string recompute = "none";  // none | mlp | block: what backward computes again (model/recompute.h)
+  bool cuda_graph = false;    // replay the step as CUDA graphs (model/device/captured_step.h)
+  std::string recompute = "none";  // none | mlp | block: what backward computes again (model/net/recompute.h)
 };
 
 struct OptimizerSection {
@@ -98,7 +98,7 @@ struct LoggingSection {
   std::string live = "auto";       // auto | tty | line | off
   int64_t stats_interval_ms = 50;  // queue occupancy sampling period
   bool trace = true;               // write trace.json
-  double peak_tflops = 0;          // device peak for MFU (dense bf16 TFLOP/s); 0: model/device_peak.h's table
+  double peak_tflops = 0;          // device peak for MFU (dense bf16 TFLOP/s); 0: model/device/device_peak.h's table
   bool tensorboard = false;        // TensorBoard event files in the run directory
   std::string http;                // "PORT" or "ADDR:PORT": serve the live page and /metrics ("" = off)
 };

@@ -2,7 +2,7 @@
 // with <|endoftext|>, GPT-2's document separator, so the token stream equals the one in token
 // shards written by `pipeline prepare --tokens`; a chunk of documents becomes one token chunk.
 #include "base/cache_line.h"
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 

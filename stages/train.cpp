@@ -5,8 +5,8 @@
 // loss and gradient norm leave the device through a non-blocking copy into pinned memory with an
 // event that log waits on. Events around forward, backward and the step time them on the
 // device; log reads them once the step is done. With [training] cuda_graph, forward+backward and
-// clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/captured_step.h). Before
-// each step it waits, sleeping, for the step before the last to complete (model/run_ahead.h), so
+// clip+AdamW are replayed as CUDA graphs after 3 eager steps (model/device/captured_step.h). Before
+// each step it waits, sleeping, for the step before the last to complete (model/device/run_ahead.h), so
 // the host never runs more than two steps ahead of the GPU. The process-wide torch settings
 // (matmul precision, the seed, a resumed run's generator states) are the run layer's
 // (runner/run_setup.cpp), set before the engine starts: this stage changes none of them.
@@ -16,14 +16,14 @@
 #include "base/nvtx.h"
 
 #include "graph/stage.h"
-#include "model/autocast.h"
-#include "model/captured_step.h"
-#include "model/hf_gpt2.h"
-#include "model/optim.h"
-#include "model/reuse_pool.h"
-#include "model/run_ahead.h"
-#include "model/schedule.h"
-#include "model/snapshot.h"
+#include "model/net/autocast.h"
+#include "model/device/captured_step.h"
+#include "model/hf/hf_gpt2.h"
+#include "model/net/optim.h"
+#include "model/device/reuse_pool.h"
+#include "model/device/run_ahead.h"
+#include "model/net/schedule.h"
+#include "model/checkpoint/snapshot.h"
 #include "stages/ranks.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
@@ -137,7 +137,7 @@ class Train : public graph::Stage {
     cursor_ = rc_.start;
     step_cursor_ = rc_.start;
     autocast_ = cfg.training.dtype == "bf16";
-    // Checkpoint snapshots go into buffers allocated now, once (model/snapshot.h).
+    // Checkpoint snapshots go into buffers allocated now, once (model/checkpoint/snapshot.h).
     if (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
     describe_kernels();
     if (step_ >= cfg.training.steps) finish();
@@ -378,7 +378,7 @@ class Train : public graph::Stage {
   DataCursor cursor_, step_cursor_;
   std::unique_ptr<StepSync> sync_;  // data parallel only
   model::HostCallbacks callbacks_;   // pinned buffers given back after train's own copies (no h2d)
-  // Per-step objects, reused rather than made and destroyed every step (model/reuse_pool.h).
+  // Per-step objects, reused rather than made and destroyed every step (model/device/reuse_pool.h).
   model::ReusePool<model::DeviceEvent> timing_events_{
       [] { return std::make_shared<model::DeviceEvent>(model::DeviceEvent::Kind::timing); }};
   model::ReusePool<model::DeviceEvent> done_events_{[] { return std::make_shared<model::DeviceEvent>(); }};

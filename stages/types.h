@@ -24,15 +24,15 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/dataset_mix.h"
-#include "datasets/dataset_reader.h"
-#include "datasets/partition.h"
+#include "datasets/sources/dataset_mix.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/plan/partition.h"
 #include "base/json.h"
 #include "graph/stage.h"
-#include "model/checkpoint.h"
-#include "model/device_event.h"
-#include "model/dist_group.h"
-#include "model/gpt2.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/device/device_event.h"
+#include "model/dist/dist_group.h"
+#include "model/net/gpt2.h"
 #include "stages/settings.h"
 
 namespace pipeline::stages {
@@ -49,7 +49,7 @@ struct SourcePosition {
 /// Where the token stream continues, in two forms.
 ///   - This rank's: open the reader at `pos`, then drop the first `skip` tokens it yields (tokens
 ///     of a document or chunk that an earlier batch already used). Only for this rank's partition.
-///   - Every rank's alike (datasets/partition.h): `next`, the document and token this rank's
+///   - Every rank's alike (datasets/plan/partition.h): `next`, the document and token this rank's
 ///     stream goes on with, and `done`, what the runs this one resumed consumed. A checkpoint's
 ///     cursors of all ranks make one layer of progress, so that a run of any number of ranks
 ///     continues exactly (runner/data_parallel.h: checkpoint_cursor).

@@ -13,9 +13,9 @@
 
 #include <torch/torch.h>
 
-#include "datasets/prepare.h"
-#include "datasets/tokenizer.h"
-#include "model/checkpoint.h"
+#include "datasets/prepare/prepare.h"
+#include "datasets/tokenizer/tokenizer.h"
+#include "model/checkpoint/checkpoint.h"
 #include "test_util.h"
 #include "train_harness.h"
 

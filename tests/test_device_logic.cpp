@@ -7,10 +7,10 @@
 
 #include <doctest/doctest.h>
 
-#include "model/device_peak.h"
-#include "model/gpt_config.h"
-#include "model/loss_path.h"
-#include "model/run_ahead.h"
+#include "model/device/device_peak.h"
+#include "model/net/gpt_config.h"
+#include "model/net/loss_path.h"
+#include "model/device/run_ahead.h"
 
 using namespace pipeline::model;
 

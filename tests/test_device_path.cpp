@@ -15,15 +15,15 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
-#include "datasets/dataset_reader.h"
+#include "datasets/shards/dataset_reader.h"
 #include "base/json.h"
 #include "graph/stage.h"
-#include "model/checkpoint.h"
-#include "model/generate.h"
-#include "model/gpt2.h"
-#include "model/optim.h"
-#include "model/schedule.h"
-#include "model/snapshot.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/eval/generate.h"
+#include "model/net/gpt2.h"
+#include "model/net/optim.h"
+#include "model/net/schedule.h"
+#include "model/checkpoint/snapshot.h"
 #include "stages/pinned_pool.h"
 #include "train_harness.h"
 
@@ -322,7 +322,7 @@ TEST_CASE("torch's process-wide settings are the run layer's: train sets none of
   torch::manual_seed(static_cast<uint64_t>(p.ctx->cfg.run.seed));
   CHECK(torch::equal(gen.get_state(), seeded));
   // Whatever the state is when the engine starts, the stages leave it so: building train's model
-  // draws nothing from it (model/gpt2.cpp), and train seeds nothing (no dropout: no draws).
+  // draws nothing from it (model/net/gpt2.cpp), and train seeds nothing (no dropout: no draws).
   torch::manual_seed(4242);
   const auto marker = gen.get_state();
   auto r = execute(p);

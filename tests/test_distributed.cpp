@@ -13,9 +13,9 @@
 
 #include <torch/torch.h>
 
-#include "model/dist_env.h"
-#include "model/dist_group.h"
-#include "model/dist_reducer.h"
+#include "model/dist/dist_env.h"
+#include "model/dist/dist_group.h"
+#include "model/dist/dist_reducer.h"
 #include "runner/data_parallel.h"
 #include "runner/rank_stats.h"
 #include "stages/types.h"

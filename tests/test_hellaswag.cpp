@@ -1,5 +1,5 @@
-// HellaSwag: reading the official JSONL (datasets/hellaswag.h) with its errors, the rows the model
-// reads (cut from the left, the ending whole), and the scoring (model/hellaswag.h) against a plain
+// HellaSwag: reading the official JSONL (datasets/eval/hellaswag.h) with its errors, the rows the model
+// reads (cut from the left, the ending whole), and the scoring (model/eval/hellaswag.h) against a plain
 // computation from GPT::forward, whatever the batching. The comparison with transformers, item for
 // item, is in test_interop.cpp.
 #include <filesystem>
@@ -8,9 +8,9 @@
 
 #include <torch/torch.h>
 
-#include "datasets/hellaswag.h"
-#include "datasets/tokenizer.h"
-#include "model/hellaswag.h"
+#include "datasets/eval/hellaswag.h"
+#include "datasets/tokenizer/tokenizer.h"
+#include "model/eval/hellaswag.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 directories (model/hf_gpt2.h) without Python: what `pipeline export` writes
+// Hugging Face GPT-2 directories (model/hf/hf_gpt2.h) without Python: what `pipeline export` writes
 // reads back bit for bit, and every way such a directory can be wrong for this model (config.json
 // or the weights) is an error naming the file and the key or tensor. The comparison with
 // transformers itself is tests/test_interop.cpp.
@@ -10,8 +10,8 @@
 
 #include <torch/torch.h>
 
-#include "datasets/safetensors.h"
-#include "model/hf_gpt2.h"
+#include "datasets/weights/safetensors.h"
+#include "model/hf/hf_gpt2.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>

@@ -27,14 +27,14 @@
 
 #include <torch/torch.h>
 
-#include "datasets/dataset_reader.h"
-#include "datasets/safetensors.h"
-#include "datasets/tokenizer.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/weights/safetensors.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "base/json.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_config.h"
-#include "model/generate.h"
-#include "model/hf_gpt2.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/checkpoint_config.h"
+#include "model/eval/generate.h"
+#include "model/hf/hf_gpt2.h"
 #include "runner/tensorboard_log.h"
 #include "train_harness.h"
 

@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "base/atomic_file.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "train_harness.h"
 
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.

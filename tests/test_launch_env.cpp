@@ -4,8 +4,8 @@
 // them; the job id and restart count; every bad value named by its variable.
 #include <doctest/doctest.h>
 
-#include "model/dist_env.h"
-#include "model/slurm_env.h"
+#include "model/dist/dist_env.h"
+#include "model/dist/slurm_env.h"
 #include "test_util.h"
 
 using namespace pipeline;

@@ -1,4 +1,4 @@
-// llm.c / modded-nanogpt token shards (datasets/llmc_shard.h, llmc_reader.h): the exact header
+// llm.c / modded-nanogpt token shards (datasets/llmc/llmc_shard.h, llmc_reader.h): the exact header
 // layout, the directory naming, reading a directory as a dataset with resumable positions, the
 // errors (file and byte offset) for every way a shard can be bad, and `prepare --format llmc`.
 // Shards written by a Python script that follows llm.c's writer are tested in test_interop.
@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "datasets/dataset_reader.h"
-#include "datasets/llmc_reader.h"
-#include "datasets/llmc_shard.h"
-#include "datasets/manifest.h"
-#include "datasets/prepare.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/llmc/llmc_reader.h"
+#include "datasets/llmc/llmc_shard.h"
+#include "datasets/shards/manifest.h"
+#include "datasets/prepare/prepare.h"
 #include "base/json.h"
-#include "datasets/shard.h"
+#include "datasets/shards/shard.h"
 
 namespace fs = std::filesystem;
 using namespace pipeline::datasets;

@@ -1,15 +1,15 @@
 // model/ on the CPU: config and parameter counts, the forward pass's properties, AdamW,
 // clipping, the LR schedule, checkpoints, sampling, and parity with PyTorch
 // (tests/data/gpt2_tiny_reference.bin, written by tools/gpt2_reference.py).
-#include "model/autocast.h"
-#include "model/checkpoint.h"
-#include "model/device_event.h"
-#include "model/generate.h"
-#include "model/gpt2.h"
-#include "model/optim.h"
-#include "model/reuse_pool.h"
-#include "model/schedule.h"
-#include "model/sdpa_choice.h"
+#include "model/net/autocast.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/device/device_event.h"
+#include "model/eval/generate.h"
+#include "model/net/gpt2.h"
+#include "model/net/optim.h"
+#include "model/device/reuse_pool.h"
+#include "model/net/schedule.h"
+#include "model/net/sdpa_choice.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 

@@ -2,14 +2,14 @@
 // without host syncs, a bf16 train step of tiny, a non-blocking checkpoint snapshot, the
 // snapshot pool under a concurrent step, CUDA graphs against eager, the attention kernel SDPA
 // takes in bf16, KV-cache sampling. Exits 77 (CTest: skipped) where CUDA is absent.
-#include "model/autocast.h"
-#include "model/device_event.h"
-#include "model/captured_step.h"
-#include "model/checkpoint.h"
-#include "model/generate.h"
-#include "model/gpt2.h"
-#include "model/optim.h"
-#include "model/snapshot.h"
+#include "model/net/autocast.h"
+#include "model/device/device_event.h"
+#include "model/device/captured_step.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/eval/generate.h"
+#include "model/net/gpt2.h"
+#include "model/net/optim.h"
+#include "model/checkpoint/snapshot.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 

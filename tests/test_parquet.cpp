@@ -1,10 +1,10 @@
-// The Parquet document reader (datasets/parquet_reader.h) on files written by pyarrow
+// The Parquet document reader (datasets/parquet/parquet_reader.h) on files written by pyarrow
 // (tests/parquet/make_files.py, run with set-up's venv): every codec, row groups empty and not,
 // nulls, both string types; the errors for a missing or non-string column, a corrupt footer, a
 // truncated file and a corrupt row group; exact resume; ranks disjoint and complete; shuffling;
 // a weighted mix with text shards; the source forms (file, directory, glob, hub snapshot); resumed
-// on another number of ranks (datasets/partition.h), every document once; Arrow's module
-// (datasets/parquet_module.h): its errors caught by type, and one that does not load.
+// on another number of ranks (datasets/plan/partition.h), every document once; Arrow's module
+// (datasets/parquet/parquet_module.h): its errors caught by type, and one that does not load.
 // Exits 77 (CTest: skipped) when no Python with pyarrow is configured (PIPELINE_ARROW_PYTHON).
 #include <doctest/doctest.h>
 
@@ -19,11 +19,11 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/document_mix.h"
-#include "datasets/dataset_reader.h"
-#include "datasets/parquet_module.h"
-#include "datasets/parquet_reader.h"
-#include "datasets/prepare.h"
+#include "datasets/sources/document_mix.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/parquet/parquet_module.h"
+#include "datasets/parquet/parquet_reader.h"
+#include "datasets/prepare/prepare.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;

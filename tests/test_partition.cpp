@@ -1,4 +1,4 @@
-// Data-parallel partition of dataset splits (datasets/partition.h): every rank's readers (text,
+// Data-parallel partition of dataset splits (datasets/plan/partition.h): every rank's readers (text,
 // tokens, weighted mix) keep exactly the documents d with d % world == rank, so the ranks together
 // read each document of an epoch once; positions resume exactly; bad partitions are refused.
 // Resumed on another number of ranks (DataProgress), runs of 2, 3, 1, ... ranks one after the other
@@ -16,10 +16,10 @@
 #include <unistd.h>
 #include <vector>
 
-#include "datasets/document_mix.h"
-#include "datasets/dataset_reader.h"
-#include "datasets/prepare.h"
-#include "datasets/tokenizer.h"
+#include "datasets/sources/document_mix.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/prepare/prepare.h"
+#include "datasets/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace pipeline::datasets;

@@ -1,4 +1,4 @@
-// safetensors (datasets/safetensors.h): the writer's bytes (alignment, order, determinism), the
+// safetensors (datasets/weights/safetensors.h): the writer's bytes (alignment, order, determinism), the
 // reader's round trip, and one error naming the file and the tensor for each way a file can be
 // bad, plus random corruptions of a valid file that must give an error, never a crash.
 #include <doctest/doctest.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/safetensors.h"
-#include "datasets/shard.h"
+#include "datasets/weights/safetensors.h"
+#include "datasets/shards/shard.h"
 
 namespace fs = std::filesystem;
 using namespace pipeline::datasets;

@@ -17,15 +17,15 @@
 #include <unistd.h>
 #include <vector>
 
-#include "datasets/document_mix.h"
-#include "datasets/dataset_reader.h"
-#include "datasets/manifest.h"
-#include "datasets/prepare.h"
-#include "datasets/sha256.h"
-#include "datasets/shard.h"
-#include "datasets/text_check.h"
+#include "datasets/sources/document_mix.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/shards/manifest.h"
+#include "datasets/prepare/prepare.h"
+#include "datasets/shards/sha256.h"
+#include "datasets/shards/shard.h"
+#include "datasets/shards/text_check.h"
 #include "base/json.h"
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 
 namespace fs = std::filesystem;
 using namespace pipeline;

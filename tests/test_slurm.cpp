@@ -30,7 +30,7 @@
 #include <torch/torch.h>
 
 #include "base/json.h"
-#include "model/checkpoint.h"
+#include "model/checkpoint/checkpoint.h"
 #include "dist_harness.h"
 #include "test_util.h"
 

@@ -14,13 +14,13 @@
 
 #include <unistd.h>
 
-#include "datasets/sha256.h"
-#include "datasets/tokenizer.h"
-#include "datasets/tokenizer_bpe.h"
-#include "datasets/tokenizer_files.h"
-#include "datasets/tokenizer_pretokenize.h"
-#include "datasets/tokenizer_table.h"
-#include "datasets/unicode_class.h"
+#include "datasets/shards/sha256.h"
+#include "datasets/tokenizer/tokenizer.h"
+#include "datasets/tokenizer/tokenizer_bpe.h"
+#include "datasets/tokenizer/tokenizer_files.h"
+#include "datasets/tokenizer/tokenizer_pretokenize.h"
+#include "datasets/tokenizer/tokenizer_table.h"
+#include "datasets/tokenizer/unicode_class.h"
 
 namespace fs = std::filesystem;
 using pipeline::datasets::Tokenizer;

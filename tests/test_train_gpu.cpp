@@ -260,8 +260,8 @@ TEST_CASE("no host sync anywhere in the graph while it trains: CUDA graphs") {
 #include <time.h>
 
 #include "base/json.h"
-#include "model/device_event.h"
-#include "model/run_ahead.h"
+#include "model/device/device_event.h"
+#include "model/device/run_ahead.h"
 
 namespace {
 

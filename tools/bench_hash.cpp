@@ -19,7 +19,7 @@
 
 #include <unistd.h>
 
-#include "datasets/sha256.h"
+#include "datasets/shards/sha256.h"
 
 namespace {
 

@@ -28,9 +28,9 @@
 
 #include <time.h>
 
-#include "datasets/dataset_reader.h"
-#include "datasets/parquet_reader.h"
-#include "datasets/tokenizer.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/parquet/parquet_reader.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "tools/bench_meter.h"
 
 using namespace pipeline;

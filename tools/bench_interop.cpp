@@ -23,11 +23,11 @@
 
 #include <unistd.h>
 
-#include "datasets/dataset_reader.h"
-#include "datasets/llmc_shard.h"
-#include "datasets/manifest.h"
-#include "datasets/shard.h"
-#include "model/hf_gpt2.h"
+#include "datasets/shards/dataset_reader.h"
+#include "datasets/llmc/llmc_shard.h"
+#include "datasets/shards/manifest.h"
+#include "datasets/shards/shard.h"
+#include "model/hf/hf_gpt2.h"
 
 namespace {
 

@@ -7,7 +7,7 @@
 //               [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]
 //               [--profile TRACE.json [--profile-steps 3]]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
-// MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device_peak.h's
+// MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device/device_peak.h's
 // table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
 // Peak memory: the bytes tensors held at most over the timed steps: the caching allocator's peak
 // on CUDA, and on the CPU the peak of a counting wrapper around the CPU allocator (tensors' bytes,
@@ -16,20 +16,20 @@
 // and backward added to what the step began with (fwd_bwd_gib). On
 // the CPU it also reports the process's CPU time per step, which a loaded machine moves less
 // than the wall time.
-// --sdpa: only that attention kernel (model/sdpa_choice.h), to compare them; auto: ATen's choice,
+// --sdpa: only that attention kernel (model/net/sdpa_choice.h), to compare them; auto: ATen's choice,
 // what training takes.
 // --fit-batch: --batch is the largest to try; on running out of GPU memory it halves the batch
 // and tries again, and times the largest that ran (result batch=...).
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
 // ops and CUDA kernels) into a Chrome trace; tools/kernel_table.py sums it by kernel, beside the
 // trace of tools/eager_step.py --profile (tools/gpu_report.sh profile).
-#include "model/autocast.h"
-#include "model/captured_step.h"
-#include "model/device_event.h"
-#include "model/device_peak.h"
-#include "model/gpt2.h"
-#include "model/optim.h"
-#include "model/sdpa_choice.h"
+#include "model/net/autocast.h"
+#include "model/device/captured_step.h"
+#include "model/device/device_event.h"
+#include "model/device/device_peak.h"
+#include "model/net/gpt2.h"
+#include "model/net/optim.h"
+#include "model/net/sdpa_choice.h"
 
 #include <sys/resource.h>
 
@@ -66,9 +66,9 @@ struct Options {
   int warmup = 5;
   std::string device;  // empty: cuda when available
   std::string dtype = "bf16";  // autocast dtype of the forward pass
-  bool cuda_graph = false;     // replay the step as CUDA graphs (model/captured_step.h)
+  bool cuda_graph = false;     // replay the step as CUDA graphs (model/device/captured_step.h)
   std::string matmul_precision = "high";
-  double peak_tflops = 0;      // 0: the peak table's figure for the GPU (model/device_peak.h)
+  double peak_tflops = 0;      // 0: the peak table's figure for the GPU (model/device/device_peak.h)
   std::string recompute = "none";
   std::string sdpa = "auto";   // the attention kernel SDPA may take (auto: ATen's choice)
   bool fit_batch = false;      // halve --batch until a step fits the GPU's memory

@@ -20,7 +20,7 @@
 
 #include <time.h>
 
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 
 namespace {
 

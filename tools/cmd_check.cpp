@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "model/checkpoint_file.h"
+#include "model/checkpoint/checkpoint_file.h"
 #include "run_request.h"
 #include "runner/run_resolve.h"
 

@@ -1,5 +1,5 @@
 // `pipeline eval MODEL --hellaswag FILE | --val DATASET`: the scores people compare, for any
-// checkpoint, run directory or Hugging Face directory: HellaSwag accuracy (model/hellaswag.h)
+// checkpoint, run directory or Hugging Face directory: HellaSwag accuracy (model/eval/hellaswag.h)
 // and the validation loss over a whole split. Argument parsing and reporting only.
 #include <algorithm>
 #include <chrono>
@@ -12,11 +12,11 @@
 
 #include "base/atomic_file.h"
 #include "cli.h"
-#include "datasets/hellaswag.h"
-#include "datasets/split_tokens.h"
-#include "model/autocast.h"
-#include "model/hellaswag.h"
-#include "model/inference_model.h"
+#include "datasets/eval/hellaswag.h"
+#include "datasets/sources/split_tokens.h"
+#include "model/net/autocast.h"
+#include "model/eval/hellaswag.h"
+#include "model/eval/inference_model.h"
 #include "runner/run_setup.h"
 
 namespace pipeline::cli {

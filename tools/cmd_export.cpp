@@ -1,5 +1,5 @@
 // `pipeline export CHECKPOINT --out DIR`: a trained model as a Hugging Face GPT-2 directory that
-// transformers loads as it is (model/hf_gpt2.h: weights and config; datasets/hf_tokenizer.h:
+// transformers loads as it is (model/hf/hf_gpt2.h: weights and config; datasets/tokenizer/hf_tokenizer.h:
 // tokenizer). Argument parsing and reporting only.
 #include <chrono>
 #include <cstdio>
@@ -7,9 +7,9 @@
 #include <stdexcept>
 
 #include "cli.h"
-#include "model/checkpoint.h"
-#include "model/checkpoint_config.h"
-#include "model/hf_gpt2.h"
+#include "model/checkpoint/checkpoint.h"
+#include "model/checkpoint/checkpoint_config.h"
+#include "model/hf/hf_gpt2.h"
 #include "runner/run_setup.h"
 
 namespace pipeline::cli {

@@ -3,9 +3,9 @@
 #include <iostream>
 
 #include "cli.h"
-#include "datasets/tokenizer.h"
-#include "model/generate.h"
-#include "model/inference_model.h"
+#include "datasets/tokenizer/tokenizer.h"
+#include "model/eval/generate.h"
+#include "model/eval/inference_model.h"
 #include "runner/run_setup.h"
 
 namespace pipeline::cli {

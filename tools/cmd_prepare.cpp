@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "datasets/prepare.h"
+#include "datasets/prepare/prepare.h"
 
 namespace {
 

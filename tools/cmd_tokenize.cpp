@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "cli.h"
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "base/atomic_file.h"
 
 namespace {

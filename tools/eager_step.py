@@ -18,7 +18,7 @@ as nanoGPT trains (TF32 matmuls, bf16 autocast, fused AdamW, optionally torch.co
 --profile TRACE.json records --profile-steps more steps after the timed ones with torch.profiler
 (CPU ops and CUDA kernels) into a Chrome trace, for tools/kernel_table.py beside bench_model's.
 
---recompute takes bench_model's choices ([training] recompute, model/recompute.h): mlp recomputes
+--recompute takes bench_model's choices ([training] recompute, model/net/recompute.h): mlp recomputes
 the LayerNorms' and the GELU's outputs in backward (two autograd Functions here, as the pipeline's),
 block runs each block under torch.utils.checkpoint. On CUDA the line ends with the peak memory
 (torch.cuda.max_memory_allocated over the timed steps).
@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
-PRESETS = {  # n_layer, n_head, n_embd, block_size (model/gpt_config.cpp)
+PRESETS = {  # n_layer, n_head, n_embd, block_size (model/net/gpt_config.cpp)
     "tiny": (2, 2, 64, 64),
     "small-cpu": (4, 4, 128, 128),
     "gpt2": (12, 12, 768, 1024),

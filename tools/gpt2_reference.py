@@ -16,7 +16,7 @@ File format, little-endian, version 1:
     i64 dims[ndim], raw contiguous data.
 Tensors: config (int64: n_layer n_head n_embd block_size vocab_size padded_vocab_size B T),
     adamw (float64: lr beta1 beta2 eps weight_decay grad_clip), idx, targets, logits, loss,
-    param/<name>, grad/<name> (names as in model/gpt2.h), losses (the 10 step losses).
+    param/<name>, grad/<name> (names as in model/net/gpt2.h), losses (the 10 step losses).
 """
 import math
 import os

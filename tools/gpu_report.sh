@@ -587,7 +587,7 @@ seq = int(seq)
 PRESETS = {"tiny": (2, 64, 64), "small-cpu": (4, 128, 128), "gpt2": (12, 768, 1024), "gpt2-medium": (24, 1024, 1024),
            "gpt2-large": (36, 1280, 1024), "gpt2-xl": (48, 1600, 1024)}  # n_layer, n_embd, block_size
 
-def flops_per_token(preset):  # PaLM: 6N + 12LCT, N every parameter (model/gpt_config.cpp)
+def flops_per_token(preset):  # PaLM: 6N + 12LCT, N every parameter (model/net/gpt_config.cpp)
     L, C, block = PRESETS[preset]
     layer = 2 * 2 * C + (3 * C * C + 3 * C) + (C * C + C) + (4 * C * C + 4 * C) + (4 * C * C + C)
     n = 50304 * C + block * C + L * layer + 2 * C

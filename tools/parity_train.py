@@ -14,7 +14,7 @@ What the run must have (docs/eval.md, "A trajectory pinned to PyTorch's"):
   - one process (no torchrun), dropout 0, and a checkpoint at its last step (the default).
 
 The replay, from the same weights and on the same batches (GPT2LMHeadModel from transformers):
-  - the learning rate of step s (0-based) is model/schedule.h's: lr * (s+1) / warmup during the
+  - the learning rate of step s (0-based) is model/net/schedule.h's: lr * (s+1) / warmup during the
     warmup, then cosine from lr to min_lr over the remaining steps, min_lr from `steps` on;
   - AdamW (torch.optim.AdamW) with two groups: weight decay on parameters of 2 or more
     dimensions (matrices, embeddings), none on biases and LayerNorm weights;
@@ -55,7 +55,7 @@ def fail(message):
 
 
 def lr_at(step, o, total):
-    """model/schedule.h's LrSchedule::at, for 0-based `step`."""
+    """model/net/schedule.h's LrSchedule::at, for 0-based `step`."""
     if step < o["warmup_steps"]:
         return o["lr"] * (step + 1) / o["warmup_steps"]
     if step >= total:

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "graph/observe/listen_address.h"
-#include "model/cpu_advice.h"
+#include "model/device/cpu_advice.h"
 
 namespace pipeline::cli {
 

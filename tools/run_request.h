@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/config.h"
-#include "model/gpt_config.h"
+#include "model/net/gpt_config.h"
 #include "runner/run_resolve.h"
 
 namespace pipeline::cli {

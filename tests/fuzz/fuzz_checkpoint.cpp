@@ -1,4 +1,4 @@
-// Fuzzes the checkpoint file reader (model/checkpoint_file, the torch-free half of
+// Fuzzes the checkpoint file reader (model/checkpoint/checkpoint_file, the torch-free half of
 // read_checkpoint): any file either reads completely with a matching CRC-32 or raises
 // std::runtime_error naming it; no allocation exceeds what the file holds.
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "fuzz_util.h"
 #include "base/json.h"
-#include "model/checkpoint_file.h"
+#include "model/checkpoint/checkpoint_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static fuzz_util::InputFile file;

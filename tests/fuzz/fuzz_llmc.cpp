@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "datasets/llmc_shard.h"
-#include "datasets/shard.h"
+#include "datasets/llmc/llmc_shard.h"
+#include "datasets/shards/shard.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -2,7 +2,7 @@
 // manifest written back and read again is the same manifest.
 #include <cstdint>
 
-#include "datasets/manifest.h"
+#include "datasets/shards/manifest.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

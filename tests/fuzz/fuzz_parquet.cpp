@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/parquet_reader.h"
-#include "datasets/shard.h"
+#include "datasets/parquet/parquet_reader.h"
+#include "datasets/shards/shard.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "datasets/safetensors.h"
-#include "datasets/shard.h"
+#include "datasets/weights/safetensors.h"
+#include "datasets/shards/shard.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

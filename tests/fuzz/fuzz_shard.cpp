@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/sha256.h"
-#include "datasets/shard.h"
+#include "datasets/shards/sha256.h"
+#include "datasets/shards/shard.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <string>
 
-#include "datasets/tokenizer.h"
+#include "datasets/tokenizer/tokenizer.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

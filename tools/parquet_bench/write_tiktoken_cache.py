@@ -3,7 +3,7 @@ benchmark runs offline:  write_tiktoken_cache.py DIR  (then TIKTOKEN_CACHE_DIR=D
 
 tiktoken names each cached file by the SHA-1 of its download URL, and checks the content's
 SHA-256 against the one it expects: the bytes must be OpenAI's, which the project ships
-(datasets/vocab/*.zst)."""
+(datasets/tokenizer/vocab/*.zst)."""
 import os
 import subprocess
 import sys

@@ -1,0 +1,16 @@
+// The model shape recorded in a training checkpoint's metadata (the "model" object that the
+// train stage writes with GPTConfig::to_json), read back by `pipeline generate` and `pipeline
+// export`, which rebuild the model a checkpoint holds without the run's config.
+#pragma once
+
+#include <string>
+
+#include "model/net/gpt2.h"
+
+namespace pipeline::model {
+
+/// Parses the checkpoint metadata JSON and returns its model shape (dropout 0: for inference and
+/// export). Throws std::runtime_error naming `source` (the checkpoint) and the missing key.
+GPTConfig checkpoint_model_config(const std::string& metadata, const std::string& source);
+
+}  // namespace pipeline::model
