@@ -19,7 +19,7 @@
 #include "base/nvtx.h"
 
 #include "datasets/eval/hellaswag.h"
-#include "datasets/shards/manifest.h"
+#include "datasets/sources/dataset_manifest.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/sources/split_tokens.h"
 #include "base/json.h"
@@ -207,7 +207,7 @@ class Eval : public graph::Stage {
         throw std::runtime_error(source.string() + ": Parquet has no validation split: set [stages." + name +
                                  "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
                                  "evaluation off with [eval] every = 0");
-    } else if (auto manifest = datasets::Manifest::load(source); !manifest.splits.count(cfg.data.val_split)) {
+    } else if (auto manifest = datasets::load_dataset_manifest(source); !manifest.splits.count(cfg.data.val_split)) {
       throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
                                "' for evaluation ([data] val_split)");
     } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {

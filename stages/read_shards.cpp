@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "datasets/sources/document_mix.h"
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"

@@ -2,7 +2,7 @@
 // from the token shards of a prepared dataset (`pipeline prepare --tokens`). By default a chunk
 // holds one batch's worth of tokens (B*T), so that each chunk completes about one window of
 // pack's pool and pack's buffers, not overflow ones, carry the windows (stages/pack.cpp).
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "datasets/sources/dataset_mix.h"
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/plan/partition.h"
 #include "base/json.h"
 #include "graph/stage.h"

@@ -15,7 +15,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "base/json.h"
 #include "graph/stage.h"
 #include "model/checkpoint/checkpoint.h"

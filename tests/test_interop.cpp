@@ -27,7 +27,7 @@
 
 #include <torch/torch.h>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/weights/safetensors.h"
 #include "datasets/tokenizer/tokenizer.h"
 #include "base/json.h"

@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_manifest.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/llmc/llmc_reader.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/shards/manifest.h"
@@ -150,7 +151,7 @@ TEST_CASE("a directory of shards reads as a dataset: all tokens, any start posit
   write_file(dir / "data_train_000001.bin", shard_bytes(b));
   write_file(dir / "data_val_000000.bin", shard_bytes(v));
 
-  auto m = Manifest::load(dir.path);
+  auto m = load_dataset_manifest(dir.path);
   CHECK(m.format == DatasetFormat::llmc);
   CHECK(m.kind == ShardKind::tokens);
   CHECK(m.items("train") == 35);
@@ -232,7 +233,7 @@ TEST_CASE("prepare --format llmc writes the token stream of prepare --tokens as 
     auto got = read_split(dir / "shakespeare", split, {}, 4096);
     CHECK(got.size() == expected.size());
     CHECK(got == expected);
-    CHECK(Manifest::load(dir / "shakespeare").items(split) == expected.size());
+    CHECK(load_dataset_manifest(dir / "shakespeare").items(split) == expected.size());
   }
 
   // --force replaces llm.c output; other files keep the directory from being reused.

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "datasets/sources/document_mix.h"
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_module.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/prepare/prepare.h"

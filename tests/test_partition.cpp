@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "datasets/sources/document_mix.h"
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/prepare/prepare.h"
 #include "datasets/tokenizer/tokenizer.h"
 

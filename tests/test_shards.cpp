@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "datasets/sources/document_mix.h"
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/shards/manifest.h"
 #include "datasets/prepare/prepare.h"
 #include "datasets/shards/sha256.h"

@@ -14,7 +14,7 @@
 
 #include <torch/torch.h>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "graph/engine.h"
 #include "graph/observe/stats.h"
 #include "runner/run_setup.h"

@@ -28,7 +28,7 @@
 
 #include <time.h>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/tokenizer/tokenizer.h"
 #include "tools/bench_meter.h"

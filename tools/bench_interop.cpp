@@ -23,7 +23,7 @@
 
 #include <unistd.h>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/shards/manifest.h"
 #include "datasets/shards/shard.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/plan/position.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/shards/manifest.h"
 #include "datasets/plan/partition.h"

@@ -25,7 +25,7 @@
 #include <type_traits>
 
 #include "datasets/parquet/parquet_module.h"
-#include "datasets/shards/shard.h"
+#include "datasets/dataset_error.h"
 
 namespace pipeline::datasets {
 namespace {

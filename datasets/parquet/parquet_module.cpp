@@ -3,7 +3,7 @@
 #include "datasets/parquet/parquet_module.h"
 
 #include "base/module.h"
-#include "datasets/shards/shard.h"
+#include "datasets/dataset_error.h"
 
 namespace pipeline::datasets {
 namespace fs = std::filesystem;

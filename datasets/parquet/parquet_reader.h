@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/plan/position.h"
 #include "datasets/plan/partition.h"
 
 namespace pipeline::datasets {

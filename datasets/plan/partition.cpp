@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "datasets/shards/shard.h"
+#include "datasets/dataset_error.h"
 
 namespace pipeline::datasets {
 

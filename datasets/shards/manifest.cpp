@@ -8,7 +8,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "datasets/llmc/llmc_reader.h"
 #include "base/atomic_file.h"
 #include "base/json.h"
 
@@ -184,7 +183,6 @@ std::filesystem::path manifest_dir_of(const std::filesystem::path& path) {
 }
 
 Manifest Manifest::load(const std::filesystem::path& dir_or_file) {
-  if (is_llmc_dataset(dir_or_file)) return llmc_manifest(dir_or_file);
   std::filesystem::path file = std::filesystem::is_directory(dir_or_file) ? dir_or_file / kManifestFileName : dir_or_file;
   std::ifstream in(file, std::ios::binary);
   if (!in)

@@ -12,8 +12,8 @@
 //   }
 // }
 // "text_bytes" is recorded for text shards, "tokens" (EOT separators included) for token shards.
-// A directory of llm.c shards has no manifest.json: Manifest::load derives one from the shards'
-// names and headers (format llmc, see llmc_reader.h).
+// A directory of llm.c shards has no manifest.json: load_dataset_manifest (sources/) derives one
+// from the shards' names and headers (format llmc, see llmc/llmc_reader.h).
 #pragma once
 
 #include <cstdint>
@@ -57,8 +57,7 @@ struct Manifest {
   std::string to_json() const;
   /// `source` names the file in error messages.
   static Manifest parse(std::string_view json, const std::string& source);
-  /// Reads dir/manifest.json (or `dir` itself when it is a file); for a directory of llm.c
-  /// shards without one, derives it from the shards (llmc_manifest).
+  /// Reads dir/manifest.json (or `dir` itself when it is a file).
   static Manifest load(const std::filesystem::path& dir);
   void save(const std::filesystem::path& dir) const;
 };

@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/dataset_error.h"
 #include "datasets/shards/sha256.h"
 #include "base/atomic_file.h"
 
@@ -41,12 +42,6 @@ const char* shard_kind_name(ShardKind kind);  // "text" / "tokens"
 inline constexpr uint32_t kShardFormatVersion = 1;
 inline constexpr size_t kShardHeaderBytes = 40;
 inline constexpr uint16_t kShardEotId = 50256;  // document separator in token shards
-
-/// Every error about a data file (shard or manifest). The message names the file and, where
-/// there is one, the byte offset.
-struct DatasetError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 struct ShardHeader {
   ShardKind kind = ShardKind::text;

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <string>
 
-#include "datasets/shards/shard.h"
+#include "datasets/dataset_error.h"
 
 namespace pipeline::datasets {
 namespace {

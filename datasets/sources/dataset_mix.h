@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/plan/position.h"
 
 namespace pipeline::datasets {
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "datasets/sources/dataset_mix.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 
 namespace pipeline::datasets {

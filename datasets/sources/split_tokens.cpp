@@ -4,7 +4,8 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "datasets/shards/dataset_reader.h"
+#include "datasets/sources/dataset_manifest.h"
+#include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/tokenizer/tokenizer.h"
 
@@ -44,7 +45,7 @@ void SplitTokens::open(const std::filesystem::path& source, const std::string& s
     impl_->parquet->open(source, {}, /*loop=*/false, o);
     return;
   }
-  const Manifest manifest = Manifest::load(source);
+  const Manifest manifest = load_dataset_manifest(source);
   if (!manifest.splits.count(split)) throw DatasetError(source.string() + ": no split '" + split + "'");
   if (manifest.kind == ShardKind::tokens) {
     impl_->tokens = std::make_unique<TokenDatasetReader>();

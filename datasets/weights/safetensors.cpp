@@ -15,7 +15,7 @@
 #include <utility>
 
 #include "base/atomic_file.h"
-#include "datasets/shards/shard.h"
+#include "datasets/dataset_error.h"
 #include "base/json.h"
 
 namespace pipeline::datasets {

@@ -12,23 +12,12 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/shards/manifest.h"
 #include "datasets/plan/partition.h"
+#include "datasets/plan/position.h"
+#include "datasets/shards/manifest.h"
 #include "datasets/shards/shard.h"
 
 namespace pipeline::datasets {
-
-/// Where a reader is: `item` documents (text) or tokens (tokens) consumed within shard
-/// `shard` of the split, in epoch `epoch`. (shard == shard count, item == 0) is the end of an epoch.
-struct DatasetPosition {
-  uint32_t shard = 0;
-  uint64_t item = 0;
-  uint64_t epoch = 0;
-  /// "epoch=E shard=S item=I"; parse() reads it back (for checkpoints).
-  std::string str() const;
-  static DatasetPosition parse(std::string_view s);
-  bool operator==(const DatasetPosition&) const = default;
-};
 
 struct DatasetReaderOptions {
   VerifyMode verify = VerifyMode::on_open;
