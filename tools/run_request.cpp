@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "cli.h"
 #include "graph/observe/listen_address.h"
 #include "model/device/cpu_advice.h"
 
@@ -18,8 +19,8 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
       if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value (see pipeline " + cmd + " --help)");
       return args[++i];
     };
-    if (s == "--set" || s.rfind("--set=", 0) == 0)
-      req.overrides.push_back(value("--set"));
+    if (auto set = set_argument(args, i, cmd))
+      req.overrides.push_back(*set);
     else if (s == "--resume" || s.rfind("--resume=", 0) == 0) {
       // "auto" is the keyword; a run directory of that name is ./auto.
       const std::string v = value("--resume");
