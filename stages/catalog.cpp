@@ -1,5 +1,6 @@
-// The training stages as a graph sees them: name, doc, ports, options and rules, declared here
-// without their implementations (stages/<name>.cpp, which need LibTorch and register with
+// The training stages as a graph sees them: name, doc, ports, options, rules and dry runs
+// (stages/dry_run.h: what `pipeline check` opens of them), declared here without their
+// implementations (stages/<name>.cpp, which need LibTorch and register with
 // PIPELINE_STAGE_IMPL). `pipeline stages`, `check` and `graph` list and validate graphs of these
 // types from this file alone, without loading LibTorch; `pipeline run` links both halves.
 //
@@ -10,6 +11,7 @@
 
 #include "base/config.h"
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 
 namespace pipeline::stages {
 namespace {
@@ -38,7 +40,8 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                                      "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
-                                     .max_workers = 1});
+                                     .max_workers = 1,
+                                     .dry_run = &dry_run_read_shards});
 
 PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                      .doc = "reads pre-tokenized ids from the token shards of a prepared dataset (replaces read_shards + tokenize)",
@@ -51,7 +54,8 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                                                      "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
-                                     .max_workers = 1});
+                                     .max_workers = 1,
+                                     .dry_run = &dry_run_read_tokens});
 
 PIPELINE_STAGE_DECLARE(synthetic, {.name = "synthetic",
                                    .doc = "random token batches of the configured shape (measures compute without the input side)",
@@ -113,7 +117,8 @@ PIPELINE_STAGE_DECLARE(train, {.name = "train",
                                .own_thread = true,
                                .ordered = true,
                                .max_workers = 1,
-                               .on_stop = graph::OnStop::discard});
+                               .on_stop = graph::OnStop::discard,
+                                     .dry_run = &dry_run_train});
 
 // What train's step results feed.
 PIPELINE_STAGE_DECLARE(log, {.name = "log",
@@ -134,7 +139,8 @@ PIPELINE_STAGE_DECLARE(eval, {.name = "eval",
                                   "documents; needed when [data] dataset is Parquet (empty: [data] dataset)"),
                               .own_thread = true,
                               .ordered = true,
-                              .max_workers = 1});
+                              .max_workers = 1,
+                                     .dry_run = &dry_run_eval});
 
 PIPELINE_STAGE_DECLARE(checkpoint, {.name = "checkpoint",
                                     .doc = "writes train's snapshots atomically to RUN_DIR/checkpoints, keeping the newest [checkpoint] keep",

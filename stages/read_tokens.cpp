@@ -4,6 +4,7 @@
 // pack's pool and pack's buffers, not overflow ones, carry the windows (stages/pack.cpp).
 #include "datasets/sources/dataset_reader.h"
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -16,10 +17,12 @@ class ReadTokens : public graph::Stage {
     const auto chunk = ctx.options.get_int_or_auto("chunk_tokens");
     chunk_ = static_cast<size_t>(chunk ? *chunk : rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
-    auto [dir, split] = source_dataset(rc_, ctx.options);
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
-    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
+    datasets::SourceRequest req = source_request(rc_.cfg, ctx.options, ctx.name, /*tokens=*/true);
+    req.start = rc_.start.pos.pos;
+    req.options = reader_options(rc_);
+    reader_ = std::move(*open_stage_source(req, ctx.name).tokens);
   }
 
   bool produce(graph::Emitter& out) override {

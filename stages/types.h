@@ -250,10 +250,6 @@ datasets::Partition data_partition(const RunContext& rc);
 /// What a source stage passes to its dataset reader: data_partition.
 datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 
-/// The dataset directory and split a source stage reads: its own `dataset`/`split` options
-/// when set, else [data] dataset and train_split.
-std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
-
 /// The run context a training stage is built with: what the run hands the engine's stages
 /// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive
 /// as long as the stages). Throws a clear error, naming the stage, when a training stage is built
