@@ -8,6 +8,7 @@
 #include "datasets/dataset_error.h"
 #include "datasets/sources/dataset_manifest.h"
 #include "datasets/sources/split_tokens.h"
+#include "model/hf/hf_config.h"
 
 namespace pipeline::stages {
 
@@ -150,6 +151,9 @@ void dry_run_train(const graph::StageContext& ctx) {
   std::optional<bool> cuda;
   if (run.cfg.run.device != "auto") cuda = run.cfg.run.device == "cuda";
   check_training(run.cfg, run.model, cuda, false);
+  // init_from's weights: the files there, their headers read (which tensor is which, and its
+  // shape, is checked as they are loaded).
+  if (!run.resumes && !run.cfg.model.init_from.empty()) model::HfWeightFiles files(run.cfg.model.init_from);
 }
 
 }  // namespace pipeline::stages

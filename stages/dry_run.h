@@ -48,10 +48,11 @@ void check_training(const RunConfig& cfg, const model::GPTConfig& model, std::op
 struct RunPreview {
   RunConfig cfg;
   model::GPTConfig model;
+  bool resumes = false;  // from a checkpoint (whose weights train loads instead of [model] init_from's)
 };
 
 /// The dry runs the catalog declares: a read stage opens its source, eval its validation set and
-/// items, train checks its settings.
+/// items, train checks its settings and opens [model] init_from's weight files.
 void dry_run_read_shards(const graph::StageContext& ctx);
 void dry_run_read_tokens(const graph::StageContext& ctx);
 void dry_run_eval(const graph::StageContext& ctx);

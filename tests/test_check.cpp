@@ -1,9 +1,10 @@
 // `pipeline check` as a dry run of `pipeline run`, from outside, as a new user meets it: the
 // configs run refuses, check refuses too (a tokens dataset read as text, Parquet without its
-// text column or without an evaluation source, a run directory that holds a run or cannot be
-// made, a resume against another model or past its steps); the --set forms (a stage removed, a
-// value given with a space) and the errors that name the --set; and what a resumed run that
-// has reached its steps says and exits with.
+// text column or without an evaluation source, init_from without its weights, a run directory
+// that holds a run or cannot be made, a resume against another model or past its steps); the
+// --set forms (a stage removed, a value given with a space) and the errors that name the --set;
+// what a resumed run that has reached its steps says and exits with; run.log holding every line
+// printed; and eval --predictions refused before the model is read.
 #include <doctest/doctest.h>
 
 #include "test_util.h"
@@ -20,6 +21,15 @@ namespace {
 using test_util::contains;
 
 test_util::ShellResult sh(const std::string& args) { return test_util::shell(std::string(PIPELINE_EXE) + " " + args); }
+
+// `pipeline ARGS` fails (exit status 1) and says `message`; returns its output.
+std::string refused(const std::string& args, const std::string& message) {
+  auto r = sh(args);
+  INFO(args << "\n" << r.out);
+  CHECK(r.code == 1);
+  CHECK(contains(r.out, message));
+  return r.out;
+}
 
 const std::string kQuick = std::string(PIPELINE_SOURCE_DIR) + "/pipelines/quickstart.toml";
 
@@ -48,23 +58,16 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   const std::string on_tokens = kQuick + " --set data.dataset=" + tokens.string();
 
   // read_shards on token ids: check says so, as run does, and names the way out.
-  auto text_reader = sh("check " + on_tokens);
-  INFO(text_reader.out);
-  CHECK(text_reader.code == 1);
-  CHECK(contains(text_reader.out, "stage 'read': building: " + tokens.string() +
-                                      " holds token ids (prepared with --tokens), and [stages.read] (read_shards) reads text"));
-  CHECK(!contains(text_reader.out, "configuration valid"));
-  auto run = sh("run " + on_tokens + " --set run.dir=" + (dir.path / "r").string());
-  CHECK(run.code == 1);
-  CHECK(contains(run.out, "holds token ids (prepared with --tokens)"));
-  CHECK(!fs::exists(dir.path / "r"));
+  const std::string text_reader = refused("check " + on_tokens, "stage 'read': building: " + tokens.string() +
+                                          " holds token ids (prepared with --tokens), and [stages.read] (read_shards) reads text");
+  CHECK(!contains(text_reader, "configuration valid"));
+  refused("run " + on_tokens + " --set run.dir=" + (dir.path / "r").string(), "holds token ids (prepared with --tokens)");
+  CHECK(!fs::exists(dir.path / "r"));  // a run that never started leaves no directory
 
   // The swap, with --set alone: read_tokens, tokenize removed, pack fed by read.
   const std::string swap = on_tokens + " --set stages.read.type=read_tokens --set stages.pack.input=read";
-  auto leftover = sh("check " + swap);
-  CHECK(leftover.code == 1);
-  CHECK(contains(leftover.out, "(read's type from --set stages.read.type=read_tokens)"));
-  CHECK(contains(leftover.out, "leaves the graph with --set stages.tokenize="));
+  const std::string leftover = refused("check " + swap, "(read's type from --set stages.read.type=read_tokens)");
+  CHECK(contains(leftover, "leaves the graph with --set stages.tokenize="));
   auto swapped = sh("check " + swap + " --set stages.tokenize=");
   INFO(swapped.out);
   CHECK(swapped.code == 0);
@@ -73,19 +76,15 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   auto drawn = sh("graph " + swap + " --set stages.tokenize= --text");
   CHECK(contains(drawn.out, "read (read_tokens ×1, source)\n  │ tokens, cap 64\n  ▼\npack (pack ×1, ordered input)\n"));
 
-  // read_tokens on text, and a validation split too small for one evaluation batch.
-  auto token_reader = sh("check " + kQuick + " --set stages.read.type=read_tokens --set stages.tokenize= "
-                         "--set stages.pack.input=read");
-  CHECK(token_reader.code == 1);
-  CHECK(contains(token_reader.out, "holds text, and [stages.read] (read_tokens) reads token ids"));
-  auto small_val = sh("check " + swap + " --set stages.tokenize= --set training.batch_size=256");
-  CHECK(small_val.code == 1);
-  CHECK(contains(small_val.out, "stage 'eval': building: "));
-  CHECK(contains(small_val.out, "fewer than one evaluation batch"));
-  // Training settings that cannot run on the device the config names.
-  auto graphs = sh("check " + kQuick + " --set run.device=cpu --set training.cuda_graph=true");
-  CHECK(graphs.code == 1);
-  CHECK(contains(graphs.out, "stage 'train': building: [training] cuda_graph = true needs CUDA"));
+  // read_tokens on text; a validation split too small for one evaluation batch; training
+  // settings that cannot run on the device the config names.
+  refused("check " + kQuick + " --set stages.read.type=read_tokens --set stages.tokenize= --set stages.pack.input=read",
+          "holds text, and [stages.read] (read_tokens) reads token ids");
+  const std::string small_val =
+      refused("check " + swap + " --set stages.tokenize= --set training.batch_size=256", "stage 'eval': building: ");
+  CHECK(contains(small_val, "fewer than one evaluation batch"));
+  refused("check " + kQuick + " --set run.device=cpu --set training.cuda_graph=true",
+          "stage 'train': building: [training] cuda_graph = true needs CUDA");
 }
 
 TEST_CASE("check refuses Parquet without its text column, or without an evaluation source") {
@@ -102,42 +101,32 @@ TEST_CASE("check refuses Parquet without its text column, or without an evaluati
   INFO(w.out);
   REQUIRE(w.code == 0);
   const std::string on_parquet = kQuick + " --set data.dataset=" + file.string();
-  auto column = sh("check " + on_parquet + " --set eval.every=0");
-  INFO(column.out);
-  CHECK(column.code == 1);
-  CHECK(contains(column.out, "stage 'read': building: "));
-  CHECK(contains(column.out, "docs.parquet: no column \"text\" (the file has: body)"));
+  refused("check " + on_parquet + " --set eval.every=0",
+          "stage 'read': building: " + file.string() + ": no column \"text\" (the file has: body)");
   auto ok = sh("check " + on_parquet + " --set eval.every=0 --set stages.read.column=body");
   INFO(ok.out);
   CHECK(ok.code == 0);
-  auto no_val = sh("check " + on_parquet + " --set stages.read.column=body");
-  CHECK(no_val.code == 1);
-  CHECK(contains(no_val.out, "stage 'eval': building: " + file.string() + ": Parquet has no validation split"));
+  refused("check " + on_parquet + " --set stages.read.column=body",
+          "stage 'eval': building: " + file.string() + ": Parquet has no validation split");
 }
 
 TEST_CASE("--set: a value after a space, and errors that name the --set that caused them") {
-  auto space = sh("check " + kQuick + " --set training.steps 7");
-  CHECK(space.code == 1);
-  CHECK(contains(space.out, "--set training.steps: expected section.key=value, with '=' and no space "
-                            "(write --set training.steps=7)"));
-  auto input = sh("check " + kQuick + " --set stages.pack.input=nope");
-  CHECK(contains(input.out, "error: --set stages.pack.input=nope: [stages.pack] input: no stage named 'nope'"));
-  auto preset = sh("check " + kQuick + " --set model.preset=huge");
-  CHECK(contains(preset.out, "error: --set model.preset=huge: [model] preset: unknown model preset 'huge'"));
-  auto seq = sh("check " + kQuick + " --set training.seq_len=256");
-  CHECK(contains(seq.out, "error: --set training.seq_len=256: [training] seq_len: 256 exceeds the model's context, "
-                          "block_size 128 (the preset \"small-cpu\"'s, " + kQuick + ":11)"));
-  auto block = sh("check " + kQuick + " --set model.block_size=64");
-  CHECK(contains(block.out, "error: " + kQuick + ":19: [training] seq_len: 128 exceeds the model's context, "
-                            "block_size 64 ([model] block_size, --set model.block_size=64)"));
-  auto heads = sh("check " + kQuick + " --set model.n_head=3");
-  CHECK(contains(heads.out, "error: --set model.n_head=3: [model] GPTConfig: n_embd must be divisible by n_head"));
-  auto nothing = sh("check " + kQuick + " --set stages.nope=");
-  CHECK(contains(nothing.out, "--set stages.nope=: there is no table [stages.nope] to remove"));
-  // graph takes --set as check does.
-  auto graph = sh("graph " + kQuick + " --set stages.tokenize.workers 2");
-  CHECK(graph.code == 1);
-  CHECK(contains(graph.out, "(write --set stages.tokenize.workers=2)"));
+  refused("check " + kQuick + " --set training.steps 7",
+          "error: --set training.steps: expected section.key=value, with '=' and no space (write --set training.steps=7)");
+  refused("graph " + kQuick + " --set stages.tokenize.workers 2", "(write --set stages.tokenize.workers=2)");
+  refused("check " + kQuick + " --set stages.pack.input=nope",
+          "error: --set stages.pack.input=nope: [stages.pack] input: no stage named 'nope'");
+  refused("check " + kQuick + " --set model.preset=huge",
+          "error: --set model.preset=huge: [model] preset: unknown model preset 'huge'");
+  refused("check " + kQuick + " --set training.seq_len=256",
+          "error: --set training.seq_len=256: [training] seq_len: 256 exceeds the model's context, block_size 128 "
+          "(the preset \"small-cpu\"'s, " + kQuick + ":11)");
+  refused("check " + kQuick + " --set model.block_size=64",
+          "error: " + kQuick + ":19: [training] seq_len: 128 exceeds the model's context, block_size 64 "
+          "([model] block_size, --set model.block_size=64)");
+  refused("check " + kQuick + " --set model.n_head=3",
+          "error: --set model.n_head=3: [model] GPTConfig: n_embd must be divisible by n_head");
+  refused("check " + kQuick + " --set stages.nope=", "--set stages.nope=: there is no table [stages.nope] to remove");
 }
 
 TEST_CASE("a run directory that holds a run, or cannot be made, and resumes that train nothing") {
@@ -146,7 +135,7 @@ TEST_CASE("a run directory that holds a run, or cannot be made, and resumes that
   const std::string tiny = kQuick + " --set model.preset=tiny --set training.seq_len=32 --set eval.every=0 "
                            "--set logging.live=off --set logging.every=1 ";
   // stdout alone: every line the run prints there is in run.log (the settings table, the final
-  // tables and the verdict included).
+  // tables and the verdict included), in the order printed.
   auto r = test_util::shell("(" + std::string(PIPELINE_EXE) + " run " + tiny + "--set training.steps=2 --set run.dir=" +
                             run_dir.string() + " 2>" + (dir.path / "stderr.txt").string() + ")");
   INFO(r.out);
@@ -157,20 +146,18 @@ TEST_CASE("a run directory that holds a run, or cannot be made, and resumes that
   for (std::string line; std::getline(printed, line); ++lines) {
     INFO(line);
     const size_t at = log.find(line, from);
-    REQUIRE(at != std::string::npos);  // in run.log, in the order printed
+    REQUIRE(at != std::string::npos);
     from = at + line.size();
   }
   CHECK(lines > 30);
   for (const char* part : {"| training.steps", "queue (consumer <- from)", "bottleneck", "done: 2 steps"})
     CHECK(contains(log, part));
 
-  // A fresh run in that directory, and one under a file: both refused by check, as run would.
-  auto again = sh("check " + tiny + "--set run.dir=" + run_dir.string());
-  CHECK(again.code == 1);
-  CHECK(contains(again.out, run_dir.string() + " already holds a run with checkpoints; continue it with --resume"));
-  auto under_file = sh("check " + tiny + "--set run.dir=" + (run_dir / "run.log" / "x").string());
-  CHECK(under_file.code == 1);
-  CHECK(contains(under_file.out, "cannot create the run directory " + (run_dir / "run.log" / "x").string()));
+  // A fresh run in that directory, and one under a file: check refuses both, as run would.
+  refused("check " + tiny + "--set run.dir=" + run_dir.string(),
+          run_dir.string() + " already holds a run with checkpoints; continue it with --resume");
+  refused("check " + tiny + "--set run.dir=" + (run_dir / "run.log" / "x").string(),
+          "cannot create the run directory " + (run_dir / "run.log" / "x").string());
 
   // Resumes: complete (exit 0, nothing trained), past its steps (exit 1), another model (refused).
   const std::string ckpt = (run_dir / "checkpoints" / "step_00000002.ckpt").string();
@@ -179,35 +166,37 @@ TEST_CASE("a run directory that holds a run, or cannot be made, and resumes that
   CHECK(complete.code == 0);
   CHECK(contains(complete.out, "nothing to train: the run is complete, " + ckpt + " is at step 2 of [training] steps = 2"));
   CHECK(!contains(complete.out, "stopped at step"));
-  auto past = sh("run --resume " + run_dir.string() + " --set training.steps=1");
-  CHECK(past.code == 1);
-  CHECK(contains(past.out, "error: " + ckpt + " is at step 2, past [training] steps = 1 (--set training.steps=1): the "
-                           "run cannot stop at a step it has passed, and nothing was trained"));
-  CHECK(!contains(past.out, "stopped at step 0"));
-  auto check_past = sh("check --resume " + run_dir.string() + " --set training.steps=1");
-  CHECK(check_past.code == 1);
-  CHECK(contains(check_past.out, "past [training] steps = 1 (--set training.steps=1)"));
+  const std::string past = refused("run --resume " + run_dir.string() + " --set training.steps=1",
+                                   "error: " + ckpt + " is at step 2, past [training] steps = 1 (--set training.steps=1): "
+                                   "the run cannot stop at a step it has passed, and nothing was trained");
+  CHECK(!contains(past, "stopped at step 0"));
+  refused("check --resume " + run_dir.string() + " --set training.steps=1", "past [training] steps = 1 (--set training.steps=1)");
   auto check_complete = sh("check --resume " + run_dir.string());
   CHECK(check_complete.code == 0);
   CHECK(contains(check_complete.out, "nothing to train: the run is complete"));
   auto check_more = sh("check --resume " + run_dir.string() + " --set training.steps=4");
   CHECK(check_more.code == 0);
   CHECK(contains(check_more.out, "configuration valid"));
-  auto other_model = sh("check --resume " + run_dir.string() + " --set training.steps=4 --set model.n_layer=3");
-  CHECK(other_model.code == 1);
-  CHECK(contains(other_model.out, ckpt + " holds the model"));
+  refused("check --resume " + run_dir.string() + " --set training.steps=4 --set model.n_layer=3", ckpt + " holds the model");
+
+  // [model] init_from whose weights are gone: check opens the files train would load.
+  const fs::path hf = dir.path / "hf";
+  auto exported = sh("export " + run_dir.string() + " --out " + hf.string());
+  INFO(exported.out);
+  REQUIRE(exported.code == 0);
+  auto from_hf = sh("check " + tiny + "--set model.init_from=" + hf.string());
+  INFO(from_hf.out);
+  CHECK(from_hf.code == 0);
+  fs::remove(hf / "model.safetensors");
+  refused("check " + tiny + "--set model.init_from=" + hf.string(),
+          "stage 'train': building: " + hf.string() + ": no model.safetensors or model.safetensors.index.json");
 
   // eval --predictions to a path that cannot be written: refused before the model is read.
-  test_util::write_file(dir.path / "items.jsonl", "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n");
-  const fs::path nowhere = dir.path / "no" / "such" / "preds.txt";
-  auto preds = sh("eval " + run_dir.string() + " --hellaswag " + (dir.path / "items.jsonl").string() +
-                  " --predictions " + nowhere.string());
-  INFO(preds.out);
-  CHECK(preds.code == 1);
-  CHECK(contains(preds.out, "--predictions: " + nowhere.string()));
-  CHECK(!contains(preds.out, "loaded in"));  // the model was never read
-  CHECK(!contains(preds.out, "hellaswag acc_norm"));
-  auto into_dir = sh("eval " + run_dir.string() + " --hellaswag " + (dir.path / "items.jsonl").string() +
-                     " --predictions " + dir.path.string());
-  CHECK(contains(into_dir.out, "a directory; give the file to write"));
+  const fs::path items = dir.path / "items.jsonl", nowhere = dir.path / "no" / "such" / "preds.txt";
+  test_util::write_file(items, "{\"ctx\": \"c\", \"endings\": [\"a\", \"b\", \"c\", \"d\"], \"label\": 0}\n");
+  const std::string eval = "eval " + run_dir.string() + " --hellaswag " + items.string() + " --predictions ";
+  const std::string preds = refused(eval + nowhere.string(), "--predictions: " + nowhere.string());
+  CHECK(!contains(preds, "loaded in"));  // the model was never read
+  CHECK(!contains(preds, "hellaswag acc_norm"));
+  refused(eval + dir.path.string(), "a directory; give the file to write");
 }

@@ -36,11 +36,13 @@ bool check_resume(const std::filesystem::path& ckpt, const stages::ResolvedRun& 
 int check_main(const std::vector<std::string>& args) {
   const stages::RunRequest req = parse_run_request(args, "check");
   const stages::ResolvedRun run = stages::resolve_run(req);
+  bool resumes = false;
   print_run_header(std::cout, run.config_path, run.cfg.run.device, req.resume, run.model, run.sections());
   if (!req.resume.empty()) {
     if (!std::filesystem::is_directory(req.resume))
       throw std::runtime_error(req.resume.string() + ": no such run directory");
     if (!check_resume(stages::checkpoint_file(req.resume), run, req.resume)) return 0;  // (throws when it has none)
+    resumes = true;
   } else if (req.resume_auto || run.cfg.run.resume == "auto") {
     if (run.cfg.run.dir.empty())
       throw std::runtime_error(run.config_path.string() + ": --resume auto needs [run] dir: a restarted run finds its "
@@ -52,6 +54,7 @@ int check_main(const std::vector<std::string>& args) {
     } else {
       std::cout << "resume auto: continues from " << ckpt.string() << "\n";
       if (!check_resume(ckpt, run, run.cfg.run.dir)) return 0;
+      resumes = true;
     }
   } else {
     const bool default_place = run.cfg.run.dir.empty();
@@ -61,7 +64,7 @@ int check_main(const std::vector<std::string>& args) {
   }
   // What building the stages opens and checks (a fresh start's data position: a resumed run's
   // comes from its checkpoint's tensors, which check does not read).
-  graph::dry_run(run.spec, std::make_shared<const stages::RunPreview>(stages::RunPreview{run.cfg, run.model}));
+  graph::dry_run(run.spec, std::make_shared<const stages::RunPreview>(stages::RunPreview{run.cfg, run.model, resumes}));
   std::cout << "ok: " << run.spec.stages.size() << " stages, configuration valid (a dry run: the datasets opened, "
             << "the stages checked as `pipeline run` builds them)\n";
   return 0;
