@@ -78,7 +78,8 @@ datasets::OpenedSource open_stage_source(const datasets::SourceRequest& r, const
   return datasets::open_source(r);
 }
 
-std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage) {
+std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage,
+                                        int64_t batches) {
   static constexpr const char* kTooSmall =
       ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
   const std::string& own = options.get_string("dataset");
@@ -96,7 +97,7 @@ std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Sect
   } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
     throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
   }
-  auto ids = datasets::read_split_tokens(source, cfg.data.val_split, cfg.eval.batches * B * T + 1);
+  auto ids = datasets::read_split_tokens(source, cfg.data.val_split, batches * B * T + 1);
   if ((static_cast<int64_t>(ids.size()) - 1) / (B * T) < 1)
     throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
                              std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
@@ -142,7 +143,7 @@ void dry_run_read_tokens(const graph::StageContext& ctx) {
 
 void dry_run_eval(const graph::StageContext& ctx) {
   const auto& run = run_preview(ctx);
-  if (run.cfg.eval.every > 0) validation_tokens(run.cfg, ctx.options, ctx.name);
+  if (run.cfg.eval.every > 0) validation_tokens(run.cfg, ctx.options, ctx.name, 1);
   evaluation_items(run.cfg, run.model);
 }
 

@@ -31,11 +31,13 @@ datasets::SourceRequest source_request(const RunConfig& cfg, const config::Secti
 /// read_shards, text for read_tokens) is an error that says which stage reads it.
 datasets::OpenedSource open_stage_source(const datasets::SourceRequest& r, const std::string& stage);
 
-/// Eval's fixed validation set: the first [eval] batches·B·T+1 tokens of the validation split of
-/// the eval stage's own `dataset` or [data] dataset (a held-out Parquet source: its first
-/// documents), as training sees them. Throws naming the source when there is no such split, it is
-/// empty, or it holds less than one batch.
-std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage);
+/// Eval's fixed validation set: the first `batches`·B·T+1 tokens (eval: [eval] batches) of the
+/// validation split of the eval stage's own `dataset` or [data] dataset (a held-out Parquet
+/// source: its first documents), as training sees them. Throws naming the source when there is no
+/// such split, it is empty, or it holds less than one batch (which one batch's tokens show: the
+/// dry run reads no more).
+std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage,
+                                        int64_t batches);
 
 /// [eval] hellaswag's items, read and checked against the model's context (empty without it).
 datasets::HellaSwagSet evaluation_items(const RunConfig& cfg, const model::GPTConfig& model);
