@@ -73,6 +73,7 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   CHECK(swapped.code == 0);
   CHECK(contains(swapped.out, "ok: 7 stages, configuration valid"));
   CHECK(!contains(swapped.out, "stages.tokenize.workers"));
+  CHECK(contains(swapped.out, "removed: [stages.tokenize] (--set stages.tokenize=)"));
   auto drawn = sh("graph " + swap + " --set stages.tokenize= --text");
   CHECK(contains(drawn.out, "read (read_tokens ×1, source)\n  │ tokens, cap 64\n  ▼\npack (pack ×1, ordered input)\n"));
 

@@ -37,7 +37,8 @@ int check_main(const std::vector<std::string>& args) {
   const stages::RunRequest req = parse_run_request(args, "check");
   const stages::ResolvedRun run = stages::resolve_run(req);
   bool resumes = false;
-  print_run_header(std::cout, run.config_path, run.cfg.run.device, req.resume, run.model, run.sections());
+  print_run_header(std::cout, run.config_path, run.cfg.run.device, req.resume, run.model, run.sections(),
+                   run.doc.removed());
   if (!req.resume.empty()) {
     if (!std::filesystem::is_directory(req.resume))
       throw std::runtime_error(req.resume.string() + ": no such run directory");

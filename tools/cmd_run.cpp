@@ -66,7 +66,7 @@ void print_block(stages::RunLog& log, const std::string& text) {
 void print_settings(const stages::RunPlan& plan) {
   const auto& ctx = *plan.ctx;
   std::ostringstream os;
-  print_run_header(os, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections());
+  print_run_header(os, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections(), plan.doc.removed());
   if (plan.dp)
     os << "data parallel: " << plan.dp->size() << " ranks, " << dist::backend_name(plan.dp->backend())
        << "; rank r reads documents d with d % " << plan.dp->size() << " == r\n";
@@ -141,7 +141,7 @@ int run_main(const std::vector<std::string>& args) {
   }
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
-  // holds so far (config.toml, an empty metrics.jsonl and run.log) is removed again.
+  // holds so far (config.toml, an empty metrics.jsonl, run.log with the settings) is removed again.
   std::unique_ptr<graph::Engine> engine_ptr;
   try {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);

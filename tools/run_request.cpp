@@ -52,13 +52,14 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
 
 void print_run_header(std::ostream& os, const std::filesystem::path& config_path, const std::string& device,
                       const std::filesystem::path& run_dir, const model::GPTConfig& model,
-                      const std::vector<config::Section>& sections) {
+                      const std::vector<config::Section>& sections, const std::vector<std::string>& removed) {
   os << "pipeline " PIPELINE_VERSION " | config " << config_path.string() << " | device " << device;
   if (!run_dir.empty()) os << " | run dir " << run_dir.string();
   os << "\nmodel: " << model.n_layer << " layers, " << model.n_head << " heads, width " << model.n_embd << ", context "
      << model.block_size << ", vocab " << model.vocab_size << " (padded " << model.padded_vocab_size << "), "
      << model.num_parameters() << " parameters\n";
   config::print_table(os, sections);
+  for (const auto& r : removed) os << "removed: [" << r.substr(0, r.size() - 1) << "] (--set " << r << ")\n";
   if (device == "cpu" && model::large_for_cpu(model)) os << model::cpu_warning(model) << "\n";
 }
 
