@@ -115,7 +115,8 @@ void prepared_units(io::Store& store, Catalog& c, const io::ObjectInfo& manifest
       uint64_t first = 0;
       for (size_t b = 0; b < index.blocks.size(); ++b) {
         const ShardBlock& blk = index.blocks[b];
-        c.units.push_back({f, blk.offset, blk.bytes, b, first, blk.documents, text ? blk.documents : blk.items});
+        c.units.push_back({f, blk.offset, blk.bytes, b, first, blk.documents, text ? blk.documents : blk.items,
+                           text ? blk.items : kUnknownCount});
         first += blk.documents;
       }
       continue;

@@ -57,6 +57,8 @@ struct Unit {
   uint64_t items = kUnknownCount;      // what a lane cursor counts in it: documents (text shards),
                                        // rows (Parquet), tokens (token sources; unknown for format-1
                                        // token shards cut into document ranges)
+  uint64_t text_bytes = kUnknownCount;  // text block shards: the block's text bytes, as its index
+                                        // records them (its decoding is checked against them)
 };
 
 struct CatalogFile {

@@ -252,7 +252,7 @@ std::unique_ptr<DocumentUnit> UnitOpener::documents(uint64_t index) {
     case SourceFormat::shards_v2: {
       auto file = store_.open(info);
       std::vector<char> payload;
-      shared_->decoder.decode(*file, ShardKind::text, {u.offset, u.bytes, u.documents, u.items}, u.place, payload);
+      shared_->decoder.decode(*file, ShardKind::text, {u.offset, u.bytes, u.documents, u.text_bytes}, u.place, payload);
       return std::make_unique<BlockDocuments>(std::move(payload), c, u);
     }
     case SourceFormat::shards_v1:
