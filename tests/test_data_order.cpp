@@ -555,3 +555,109 @@ TEST_CASE("catalogues: each source kind's units, and the errors of a source that
     CHECK(contains(error_of([&] { build_catalog(store, (tmp / "nowhere").string()); }), "no such file or directory"));
   }
 }
+
+// ---- Parquet (test_data_order_parquet) -----------------------------------------------------------
+
+namespace {
+
+// The files of tests/parquet/make_files.py, written once per test process; exits 77 (skipped)
+// without a Python that has pyarrow.
+const fs::path& parquet_files() {
+  static const fs::path dir = [] {
+    const std::string python = PIPELINE_ARROW_PYTHON;
+    if (python.empty() || test_util::shell(python + " -c 'import pyarrow'").code != 0) {
+      std::fprintf(stderr, "test_data_order: no Python with pyarrow (%s); tools/setup.sh installs it. Skipped.\n",
+                   python.empty() ? "none configured" : python.c_str());
+      std::exit(77);
+    }
+    fs::path d = test_util::fresh_dir("data_order", "parquet");
+    auto r = test_util::shell(python + " " + PIPELINE_SOURCE_DIR + "/tests/parquet/make_files.py " + d.string());
+    if (r.code != 0) {
+      std::fprintf(stderr, "test_data_order: make_files.py failed:\n%s\n", r.out.c_str());
+      std::exit(1);
+    }
+    return d;
+  }();
+  return dir;
+}
+
+// Document i of make_files.py.
+std::string parquet_doc(int i) {
+  static const char* words[] = {"the", "quick", "brown", "fox", "h\xc3\xa9llo", "\xe6\x97\xa5\xe6\x9c\xac",
+                                "jumps", "over", "lazy", "dog", "\xf0\x9f\x98\x80"};
+  std::string s = "document " + std::to_string(i) + ":";
+  for (int j = 0; j <= i % 13; ++j) s += std::string(" ") + words[(i * 7 + j) % 11];
+  return s + "\n";
+}
+
+}  // namespace
+
+TEST_CASE("parquet: row groups are the units; the same rows for every W, and across a resume") {
+  const std::string lanes = (parquet_files() / "lanes").string();
+  const DataOrder order = order_of({{lanes}}, {.lanes = kLanes, .seed = 21});
+  const Catalog& c = *order.sources[0].catalog;
+  CHECK(c.format == SourceFormat::parquet);
+  REQUIRE(c.files.size() == 2);
+  CHECK(c.units.size() == 16 + 6);  // the empty row group is no unit
+  CHECK(c.items() == 640);
+  check_invariance(order, 16, 90);
+}
+
+TEST_CASE("parquet: a unit reads its row group's documents, nulls passed over, and skips to a row") {
+  io::LocalStore store;
+  const auto c = std::make_shared<const Catalog>(build_catalog(store, (parquet_files() / "lanes").string()));
+  UnitOpener opener(store, c);
+  int next = 0;  // documents 0..639 in catalogue order, every 11th of the first 400 null
+  for (uint64_t u = 0; u < c->units.size(); ++u) {
+    auto unit = opener.documents(u);
+    std::string_view d;
+    uint64_t item = 0;
+    while (unit->next(d, item)) {
+      while (next < 400 && next % 11 == 5) ++next;
+      CHECK(item == static_cast<uint64_t>(next < 400 ? next % 25 : (next - 400) % 40));  // its row
+      CHECK(d == parquet_doc(next));
+      ++next;
+    }
+    CHECK(unit->memory() < 64 * 1024);  // a batch of rows, not the row group
+  }
+  CHECK(next == 640);
+  // Skipped to row 6 of row group 3 of a.parquet: the next document is row 6's (document 81);
+  // then row 7 is null (document 82), and row 8 comes.
+  auto unit = opener.documents(3);
+  unit->skip(6);
+  std::string_view d;
+  uint64_t item = 0;
+  REQUIRE(unit->next(d, item));
+  CHECK(item == 6);
+  CHECK(d == parquet_doc(81));
+  REQUIRE(unit->next(d, item));
+  CHECK(item == 8);
+  CHECK(d == parquet_doc(83));
+  CHECK(contains(error_of([&] { opener.documents(4)->skip(26); }), "a.parquet row group 4: cannot pass over 26 rows"));
+}
+
+TEST_CASE("parquet: a unit's byte range is its column chunk's, as pyarrow reports it; errors name the file") {
+  io::LocalStore store;
+  const Catalog c = build_catalog(store, (parquet_files() / "checksums.parquet").string());
+  REQUIRE(c.units.size() == 3);
+  std::ifstream where(parquet_files() / "checksums.parquet.rg1");
+  uint64_t offset = 0, bytes = 0;
+  where >> offset >> bytes;
+  CHECK(c.units[1].offset == offset);
+  CHECK(c.units[1].bytes == bytes);
+  CHECK(c.describe(c.units[1]) == (parquet_files() / "checksums.parquet").string() + " row group 1");
+  const std::string content = (parquet_files() / "content.parquet").string();
+  CHECK(contains(error_of([&] { build_catalog(store, content); }), content + ": no column \"text\""));
+  CHECK(build_catalog(store, content, {.column = "content"}).items() == 10);
+  // A glob, and a hub snapshot's data/.
+  CHECK(build_catalog(store, (parquet_files() / "lanes" / "*.parquet").string()).files.size() == 2);
+  CHECK(build_catalog(store, (parquet_files() / "hub").string()).items() == 100);
+}
+
+TEST_CASE("parquet: mixed with block shards by weight, the same rows for every W, and across a resume") {
+  test_util::TempDir tmp("data_order");
+  const Dataset text = make_dataset(tmp.path, "text", {.shard_size = 16 << 10, .block_bytes = 1024});
+  const DataOrder order = order_of({{text.source(), 1.0}, {(parquet_files() / "lanes").string(), 1.0}},
+                                   {.lanes = kLanes, .seed = 8});
+  check_invariance(order, 16, 60);
+}
