@@ -316,6 +316,7 @@ TEST_CASE("shards of format 1 (text): whole shards when there are enough, docume
     uint64_t docs = 0;
     for (const Unit& u : c.units) docs += u.documents;
     CHECK(docs == 150);
+    CHECK(contains(c.slow_reading_note(), "`pipeline prepare` again makes block shards"));
     check_invariance(order, 16, 60);
   }
   SUBCASE("whole shards") {
@@ -324,6 +325,7 @@ TEST_CASE("shards of format 1 (text): whole shards when there are enough, docume
     const Catalog& c = *order.sources[0].catalog;
     CHECK(c.units.size() == c.files.size());
     CHECK(c.units.size() >= kLanes);
+    CHECK(c.slow_reading_note().empty());
     check_invariance(order, 16, 60);
   }
 }
