@@ -7,7 +7,10 @@
 // of the documents order, for comparison.
 //
 //   bench_lanes [--source PATH] [--lanes 1,8,64,512] [--seq-len 1024] [--steps 200]
-//               [--mb 64] [--block-bytes 64K]
+//               [--mb 64] [--block-bytes 64K] [--read-only]
+//
+// --read-only leaves out tokenizing and rows: the lanes (and the stream) read documents only, one
+// per lane in turn, as much text as the rows would have taken: the cost of reading by lanes.
 //
 // Without --source it prepares a block-shard dataset of --mb MB of generated text (blocks of
 // --block-bytes) in the temporary directory, and removes it afterwards. Figures are for a quiet
@@ -133,6 +136,38 @@ Result run(const DataOrder& order, uint32_t T, uint64_t steps) {
   return r;
 }
 
+// Reads only: one document (or piece of tokens) per lane in turn, until `bytes` have been read.
+Result read_only(const DataOrder& order, uint64_t bytes_wanted) {
+  const size_t rss_before = rss_bytes();
+  const std::vector<LaneCursor> cursors = start_cursors(order, lanes_of(0, 1, order.lanes));
+  std::optional<DocumentLanes> docs;
+  std::optional<TokenLanes> tokens;
+  if (order.content == UnitContent::documents)
+    docs.emplace(order, cursors);
+  else
+    tokens.emplace(order, cursors);
+  std::vector<uint16_t> piece(4096);
+  uint64_t bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (bytes < bytes_wanted)
+    for (size_t i = 0; i < cursors.size(); ++i) {
+      LanePlace place;
+      if (docs) {
+        std::string_view doc;
+        if (!docs->next(i, doc, place)) throw DatasetError("a lane ended");
+        bytes += doc.size();
+      } else {
+        bytes += 2 * tokens->read(i, piece, place);
+      }
+    }
+  Result r;
+  r.mb_per_s = bytes / 1e6 / seconds_since(start);
+  r.lanes_bytes = docs ? docs->memory() : tokens->memory();
+  const size_t rss_after = rss_bytes();
+  r.rss_growth = rss_after > rss_before ? rss_after - rss_before : 0;
+  return r;
+}
+
 std::vector<uint32_t> parse_list(const std::string& s) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i <= s.size();) {
@@ -150,6 +185,7 @@ int main(int argc, char** argv) try {
   std::vector<uint32_t> lane_counts = {1, 8, 64, 512};
   uint32_t T = 1024;
   uint64_t steps = 200, mb = 64, block_bytes = kDefaultBlockBytes;
+  bool tokenize = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool more = i + 1 < argc;
@@ -159,9 +195,10 @@ int main(int argc, char** argv) try {
     else if (a == "--steps" && more) steps = std::stoull(argv[++i]);
     else if (a == "--mb" && more) mb = std::stoull(argv[++i]);
     else if (a == "--block-bytes" && more) block_bytes = parse_byte_size(argv[++i]);
+    else if (a == "--read-only") tokenize = false;
     else {
       std::fprintf(stderr, "usage: bench_lanes [--source PATH] [--lanes 1,8,64,512] [--seq-len 1024] "
-                           "[--steps 200] [--mb 64] [--block-bytes 64K]\n");
+                           "[--steps 200] [--mb 64] [--block-bytes 64K] [--read-only]\n");
       return 2;
     }
   }
@@ -180,7 +217,8 @@ int main(int argc, char** argv) try {
               "RSS growth", "MB/s", "tokens/s");
   for (uint32_t k : lane_counts) {
     const DataOrder order = open_data_order({{source}}, {.lanes = k, .seed = 1337});
-    const Result r = run(order, T, steps);
+    // About 4 bytes of text a token: the text the rows would take.
+    const Result r = tokenize ? run(order, T, steps) : read_only(order, uint64_t(k) * steps * T * 4);
     std::printf("%6u %8zu %11.1f MB %9.1f KB %11.1f MB %9.1f MB %10.1f %12.0f\n", k,
                 order.sources[0].catalog->units.size(), r.lanes_bytes / 1e6, r.lanes_bytes / 1e3 / k,
                 r.rows_bytes / 1e6, r.rss_growth / 1e6, r.mb_per_s, r.tokens_per_s);
@@ -196,15 +234,16 @@ int main(int argc, char** argv) try {
       uint64_t bytes = 0, tokens = 0;
       const uint64_t want = uint64_t(lane_counts.back()) * steps * T;
       const auto t = std::chrono::steady_clock::now();
-      for (std::string doc; tokens < want && reader.next(doc);) {
+      for (std::string doc; (tokenize ? tokens < want : bytes < 4 * want) && reader.next(doc);) {
+        bytes += doc.size();
+        if (!tokenize) continue;
         ids.clear();
         tok.encode_ordinary_append(doc, ids);
         tokens += ids.size() + 1;
-        bytes += doc.size();
       }
       const double secs = seconds_since(t);
       std::printf("%6s %8s %14s %12s %14s %12s %10.1f %12.0f   (the documents order: one stream, front to back)\n",
-                  "stream", "-", "-", "-", "-", "-", bytes / 1e6 / secs, tokens / secs);
+                  "stream", "-", "-", "-", "-", "-", bytes / 1e6 / secs, tokenize ? tokens / secs : 0.0);
     }
   }
   if (!made.empty()) fs::remove_all(made);
