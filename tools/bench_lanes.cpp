@@ -82,6 +82,20 @@ fs::path make_source(const fs::path& dir, uint64_t mb, uint64_t block_bytes) {
   return o.out_dir;
 }
 
+// A rank's lanes of either kind, fresh.
+struct Lanes {
+  std::vector<LaneCursor> cursors;
+  std::optional<DocumentLanes> docs;
+  std::optional<TokenLanes> tokens;
+  explicit Lanes(const DataOrder& order) : cursors(start_cursors(order, lanes_of(0, 1, order.lanes))) {
+    if (order.content == UnitContent::documents)
+      docs.emplace(order, cursors);
+    else
+      tokens.emplace(order, cursors);
+  }
+  size_t memory() const { return docs ? docs->memory() : tokens->memory(); }
+};
+
 struct Result {
   size_t lanes_bytes = 0, rows_bytes = 0, rss_growth = 0;
   double mb_per_s = 0, tokens_per_s = 0;
@@ -89,14 +103,10 @@ struct Result {
 
 Result run(const DataOrder& order, uint32_t T, uint64_t steps) {
   const size_t rss_before = rss_bytes();
-  const std::vector<LaneCursor> cursors = start_cursors(order, lanes_of(0, 1, order.lanes));
-  std::optional<DocumentLanes> docs;
-  std::optional<TokenLanes> tokens;
-  if (order.content == UnitContent::documents)
-    docs.emplace(order, cursors);
-  else
-    tokens.emplace(order, cursors);
-  LaneRows rows(T, order.content, cursors);
+  Lanes lanes(order);
+  auto& docs = lanes.docs;
+  auto& tokens = lanes.tokens;
+  LaneRows rows(T, order.content, lanes.cursors);
   const Tokenizer& tok = Tokenizer::gpt2();
   std::vector<uint32_t> ids;
   std::vector<uint16_t> piece(4096), row(T + 1);
@@ -127,7 +137,7 @@ Result run(const DataOrder& order, uint32_t T, uint64_t steps) {
       token_count += T;
     }
   const double secs = seconds_since(start);
-  r.lanes_bytes = docs ? docs->memory() : tokens->memory();
+  r.lanes_bytes = lanes.memory();
   r.rows_bytes = rows.memory();
   const size_t rss_after = rss_bytes();
   r.rss_growth = rss_after > rss_before ? rss_after - rss_before : 0;
@@ -139,18 +149,14 @@ Result run(const DataOrder& order, uint32_t T, uint64_t steps) {
 // Reads only: one document (or piece of tokens) per lane in turn, until `bytes` have been read.
 Result read_only(const DataOrder& order, uint64_t bytes_wanted) {
   const size_t rss_before = rss_bytes();
-  const std::vector<LaneCursor> cursors = start_cursors(order, lanes_of(0, 1, order.lanes));
-  std::optional<DocumentLanes> docs;
-  std::optional<TokenLanes> tokens;
-  if (order.content == UnitContent::documents)
-    docs.emplace(order, cursors);
-  else
-    tokens.emplace(order, cursors);
+  Lanes lanes(order);
+  auto& docs = lanes.docs;
+  auto& tokens = lanes.tokens;
   std::vector<uint16_t> piece(4096);
   uint64_t bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   while (bytes < bytes_wanted)
-    for (size_t i = 0; i < cursors.size(); ++i) {
+    for (size_t i = 0; i < lanes.cursors.size(); ++i) {
       LanePlace place;
       if (docs) {
         std::string_view doc;
@@ -162,7 +168,7 @@ Result read_only(const DataOrder& order, uint64_t bytes_wanted) {
     }
   Result r;
   r.mb_per_s = bytes / 1e6 / seconds_since(start);
-  r.lanes_bytes = docs ? docs->memory() : tokens->memory();
+  r.lanes_bytes = lanes.memory();
   const size_t rss_after = rss_bytes();
   r.rss_growth = rss_after > rss_before ? rss_after - rss_before : 0;
   return r;
