@@ -24,6 +24,7 @@ struct DocumentLanes::Impl {
 
 DocumentLanes::DocumentLanes(const DataOrder& order, const std::vector<LaneCursor>& starts)
     : impl_(std::make_unique<Impl>()) {
+  if (order.sources.empty()) throw DatasetError("document lanes: a data order without sources");
   if (order.content != UnitContent::documents)
     throw DatasetError(order.sources.front().catalog->source + ": holds tokens, not documents: read it with token lanes");
   impl_->order = order;

@@ -20,6 +20,7 @@ struct TokenLanes::Impl {
 };
 
 TokenLanes::TokenLanes(const DataOrder& order, const std::vector<LaneCursor>& starts) : impl_(std::make_unique<Impl>()) {
+  if (order.sources.empty()) throw DatasetError("token lanes: a data order without sources");
   if (order.content != UnitContent::tokens || order.sources.size() != 1)
     throw DatasetError(order.sources.front().catalog->source +
                        ": token lanes read one source of tokens (prepared token shards or llm.c shards)");
