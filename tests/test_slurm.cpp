@@ -144,13 +144,13 @@ struct Case {
 
   /// Submits the template: 2 nodes, one rank each, no GPUs, `time` and `extra` given here
   /// (sbatch's command line wins over the script's #SBATCH lines), `steps` of `delay_ms` at least,
-  /// the store on a port free now. The job's id.
-  std::string submit(const std::string& time, const std::string& extra, int steps, int delay_ms) const {
+  /// the store on the port Slurm reserves for the step. The job's id.
+  std::string submit(const std::string& time, const std::string& extra, int steps, int delay_ms,
+                     const std::string& program = kExe) const {
     return c.sbatch("--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 --time=" + time +
-                    " --output=" + quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(kExe) +
+                    " --output=" + quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(program) +
                     ",PIPELINE_CONFIG=" + quote(cfg.string()) + ",PIPELINE_RUN_DIR=" + quote(run_dir.string()) + " " +
-                    extra + " " + quote(kTemplate) +
-                    sets(steps, delay_ms, {"run.master_port=" + std::to_string(test_util::free_port())}));
+                    extra + " " + quote(kTemplate) + sets(steps, delay_ms));
   }
 };
 
@@ -273,6 +273,26 @@ TEST_CASE("srun -N2 -n2 trains what torchrun trains with 2 ranks; a batch script
   CHECK(contains(s.out, "rank 0 of 2 (local rank 0 of 1), store at 127.0.0.1:"));  // the first of 127.0.0.[1-2]
   CHECK(contains(s.out, "(hosted here), ranks from srun; starts the run"));
   check_same_run(root / "srun", root / "torchrun", kSteps);
+  // The store's port is the one Slurm reserved for the step (MpiParams=ports), not the job id's.
+  const auto reserved = c.sh("srun --nodes=2 --ntasks=2 --time=1 printenv SLURM_STEP_RESV_PORTS");
+  REQUIRE(reserved.code == 0);
+  const int block = std::stoi(reserved.out.substr(0, reserved.out.find('-')));
+  const auto port_at = s.out.find("store at 127.0.0.1:") + std::strlen("store at 127.0.0.1:");
+  const int port = std::stoi(s.out.substr(port_at));
+  CHECK(port / 100 == block / 100);  // from the cluster's block of 100
+
+  // --distribution=arbitrary, rank 0 on the second node (SLURM_HOSTFILE): the first node's first
+  // task, rank 1, hosts the store there, outlives rank 0's last reads, and the run is the same.
+  std::ofstream(root / "hosts") << "127.0.0.2\n127.0.0.1\n";
+  auto arb_cfg = write_config(root, "arbitrary", data);
+  auto a = c.sh("SLURM_HOSTFILE=" + quote((root / "hosts").string()) + " srun --ntasks=2 --distribution=arbitrary "
+                "--time=5 " + quote(kExe) + " run " + quote(arb_cfg.string()) + sets(kSteps, 0));
+  INFO(a.out);
+  REQUIRE(a.code == 0);
+  CHECK(contains(a.out, "rank 0 of 2 (local rank 0 of 1), store at 127.0.0.1:"));
+  CHECK(contains(a.out, "(hosted by the first node's first task), ranks from srun; starts the run"));
+  CHECK(!contains(a.out, "sent no final statistics"));
+  check_same_run(root / "arbitrary", root / "torchrun", kSteps);
   // Two tasks asked for, and pipeline run in the batch script itself: refused, naming why.
   auto bad_cfg = write_config(root, "batch", data);
   auto id = c.sbatch("--nodes=2 --ntasks=2 --output=" + quote((root / "batch.out").string()) + " --wrap=" +
