@@ -4,12 +4,16 @@
 #include <algorithm>
 #include <any>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -250,6 +254,61 @@ TEST_CASE("clear errors: missing dataset, wrong port, unknown stage type, bad mo
   run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"});
   auto again = error_of([&] { run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"}); });
   CHECK(contains(again, "--resume"));
+  fs::remove_all(root);
+}
+
+namespace {
+
+// Whether thread `tid` (0: the calling one) runs lowered as base/idle_thread.h lowers: SCHED_IDLE, or nice +19.
+bool lowered(pid_t tid) {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  return sched_getscheduler(tid) == SCHED_IDLE || (errno == 0 && nice == 19);
+}
+
+// This process's threads: id and name.
+std::vector<std::pair<pid_t, std::string>> threads_of_process() {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& e : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    out.emplace_back(static_cast<pid_t>(std::stoi(e.path().filename().string())), name);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU run's evaluations compute at idle priority; eval's own thread, which takes the engine's locks, does not") {
+  auto root = temp_dir("eval_idle");
+  const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  auto p = plan(tiny_config(root / "run", input, kData + "tokens"), root / "run",
+                {"eval.every=2", "eval.batches=1", "eval.sample_tokens=4"});
+  std::mutex mu;
+  int lines = 0, computing = 0, computing_lowered = 0;
+  bool printer_lowered = false;
+  // Eval's results are printed from eval's own thread: the one that hands them on to the engine.
+  p.ctx->log->set_printer([&](const std::string& line) {
+    if (!line.starts_with("eval")) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ++lines;
+    printer_lowered = printer_lowered || lowered(0);
+    for (const auto& [tid, name] : threads_of_process())
+      if (name == "eval compute") {
+        ++computing;
+        computing_lowered += lowered(tid);
+      }
+  });
+  auto r = execute(p);
+  REQUIRE(r.last_step == 8);
+  CHECK(lines == 4);
+  CHECK(!printer_lowered);
+  CHECK(computing >= 4);  // the thread the evaluations ran on, alive at each line...
+  CHECK(computing_lowered == computing);  // ...and lowered
+  // Once the run is over, no thread of this process is lowered: the engine's (TBB's workers, which
+  // outlive the run) and every other kept their priority.
+  for (const auto& [tid, name] : threads_of_process()) CHECK_MESSAGE(!lowered(tid), "thread " << tid << " (" << name << ")");
   fs::remove_all(root);
 }
 
