@@ -7,6 +7,9 @@
 //   - every stats snapshot of the engine (about once a second): each stage's busy share and
 //     items/s and each queue's occupancy (graph::snapshot_scalars), at the training step reached
 //     when it was taken, one point per step at most (so the series stays ordered on resume).
+// A resumed run's file starts with a session start at the step after its checkpoint: TensorBoard
+// drops what earlier files hold from there on (trained before a crash, and again since), so each
+// step shows once.
 #pragma once
 
 #include <cstdint>
