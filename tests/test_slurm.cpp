@@ -351,7 +351,7 @@ TEST_CASE("the batch script's logic: a warning before srun's step, or before sru
                           "requeue"));
   }
   // srun fails as the warning comes: its status, never the 138 of the signal that cut the wait
-  // (nor the -1 of bash 5.2's wait, which loses it about one time in twenty).
+  // (nor the -1 of bash 5.2's wait, which loses it now and then: 1 time in 20 to 30 here).
   for (int i = 0; i < 10; ++i) {
     FakeSlurm f("sbatch_status_" + std::to_string(i));
     auto r = f.run("FAKE_USR1=srun_exit FAKE_EXIT=7");
