@@ -274,7 +274,7 @@ struct FakeSlurm {
   explicit FakeSlurm(const std::string& tag) : dir(temp_dir(tag)), run_dir(dir / "run") {
     fs::create_directories(dir / "bin");
     fs::create_directories(run_dir / "checkpoints");
-    put("srun", R"(echo $$ > "$FAKE/srun.pid"
+    put("srun", R"SH(echo $$ > "$FAKE/srun.pid"
 case ${FAKE_USR1:-} in
   srun) kill -USR1 "$(cat "$FAKE/script.pid")" ;;
   srun_exit) kill -USR1 "$(cat "$FAKE/script.pid")"; exit "${FAKE_EXIT:-0}" ;;
@@ -288,17 +288,17 @@ sleep "${FAKE_STEP_DELAY:-0}"
 touch "$FAKE/step"
 end=$((SECONDS + ${FAKE_RUN_SECONDS:-30}))
 while ((SECONDS < end)); do sleep 0.1; done
-exit "${FAKE_EXIT:-0}")");
-    put("scancel", R"(echo "$*" >> "$FAKE/scancel.log"
-if [[ -e $FAKE/step ]]; then kill -TERM "$(cat "$FAKE/srun.pid")"; fi)");
-    put("squeue", R"(if [[ -e $FAKE/step ]]; then echo "$SLURM_JOB_ID.0"; fi
-echo "$SLURM_JOB_ID.batch")");
-    put("scontrol", R"(echo "$*" >> "$FAKE/scontrol.log")");
-    put("date", R"(if [[ ${FAKE_USR1:-} == start && ! -e $FAKE/usr1.sent ]]; then
+exit "${FAKE_EXIT:-0}")SH");
+    put("scancel", R"SH(echo "$*" >> "$FAKE/scancel.log"
+if [[ -e $FAKE/step ]]; then kill -TERM "$(cat "$FAKE/srun.pid")"; fi)SH");
+    put("squeue", R"SH(if [[ -e $FAKE/step ]]; then echo "$SLURM_JOB_ID.0"; fi
+echo "$SLURM_JOB_ID.batch")SH");
+    put("scontrol", R"SH(echo "$*" >> "$FAKE/scontrol.log")SH");
+    put("date", R"SH(if [[ ${FAKE_USR1:-} == start && ! -e $FAKE/usr1.sent ]]; then
   touch "$FAKE/usr1.sent"
   kill -USR1 "$(cat "$FAKE/script.pid")"
 fi
-exec /bin/date "$@")");
+exec /bin/date "$@")SH");
   }
   void put(const std::string& name, const std::string& body) const {
     std::ofstream(dir / "bin" / name) << "#!/bin/bash\n# A stand-in for Slurm's " << name << " (test_slurm.cpp).\n"
@@ -309,8 +309,8 @@ exec /bin/date "$@")");
   test_util::ShellResult run(const std::string& vars) const {
     return test_util::shell("env PATH=" + quote((dir / "bin").string()) + ":\"$PATH\" FAKE=" + quote(dir.string()) +
                             " SLURM_JOB_ID=4242 SLURM_JOB_NAME=pipeline SLURM_JOB_NODELIST=n1 PIPELINE_RUN_DIR=" +
-                            quote(run_dir.string()) + " " + vars + " bash -c 'echo $$ > \"$FAKE/script.pid\"; exec bash " +
-                            quote(kTemplate) + "'");
+                            quote(run_dir.string()) + " SCRIPT=" + quote(kTemplate) + " " + vars +
+                            " bash -c 'echo $$ > \"$FAKE/script.pid\"; exec bash \"$SCRIPT\"'");
   }
   std::string file(const std::string& name) const {
     return fs::exists(dir / name) ? test_util::read_file(dir / name) : std::string();
