@@ -44,7 +44,9 @@ bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pai
 }
 
 std::unique_ptr<TensorBoardLog> TensorBoardLog::attach(graph::Engine& engine, RunContext& ctx) {
-  if (!ctx.cfg.logging.tensorboard || ctx.run_dir.empty() || !ctx.log) return nullptr;
+  // Rank 0 alone, as it alone writes metrics.jsonl: another rank's file would put its own stage
+  // statistics under the same tags, and (resumed) its own session start after rank 0's points.
+  if (!ctx.cfg.logging.tensorboard || ctx.run_dir.empty() || !ctx.log || !ctx.writer()) return nullptr;
   std::unique_ptr<TensorBoardLog> log(new TensorBoardLog(ctx));
   // A resumed run trains again the steps after its checkpoint that an earlier process may have
   // logged before it died: TensorBoard drops those (the session start's purge), as metrics.jsonl

@@ -28,7 +28,8 @@ bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pai
 
 class TensorBoardLog {
  public:
-  /// When ctx.cfg.logging.tensorboard is on and the run has a directory, starts the event file and
+  /// When ctx.cfg.logging.tensorboard is on, the run has a directory and this process writes it
+  /// (rank 0, or the only process), starts the event file and
   /// attaches it to ctx.log and to `engine` (call before engine.run()); else returns nullptr.
   /// Keep the result until the run is over: destroying it detaches from ctx.log.
   static std::unique_ptr<TensorBoardLog> attach(graph::Engine& engine, RunContext& ctx);
