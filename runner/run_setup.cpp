@@ -16,6 +16,7 @@
 #include "model/dist/dist_env.h"
 #include "model/dist/slurm_env.h"
 #include "runner/data_parallel.h"
+#include "runner/resume_records.h"
 
 namespace pipeline::stages {
 
@@ -219,6 +220,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   const fs::path& ckpt = agreed.path;
   const bool resuming = !ckpt.empty();
   std::string resplit;  // what a resume on another number of ranks changed, for the log
+  std::string superseded_note;  // records past the checkpoint moved out of metrics.jsonl
   if (resuming) {
     auto state = agreed.state ? std::move(*agreed.state) : read_named_checkpoint(ckpt);
     check_resumable(state.metadata, ctx->cfg, ctx->model, ckpt.string());
@@ -244,6 +246,12 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     // Two runs in one directory would rotate each other's checkpoints away and interleave their
     // logs (a job requeued while the old one still runs, the same --resume in two terminals).
     plan.run_dir_lock = std::make_unique<DirLock>(ctx->run_dir, "run directory");
+    if (resuming) {  // the steps past the checkpoint are trained again: their old records move out
+      if (const size_t moved = supersede_metrics_after(ctx->run_dir, ctx->start_step); moved > 0)
+        superseded_note = "resuming from step " + std::to_string(ctx->start_step) + ": " + std::to_string(moved) +
+                          " records of metrics.jsonl past it (logged before the run stopped, trained again now) "
+                          "moved to metrics.superseded.jsonl";
+    }
     if (!resuming) {
       // --resume reads this file back: a run whose config.toml could not be written must not start.
       write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +
@@ -255,6 +263,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
   ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);
   if (!resplit.empty()) ctx->log->print(resplit);
+  if (!superseded_note.empty()) ctx->log->print(superseded_note);
 }
 
 // Under Slurm, the job and how often it was requeued, in the run log and in metrics.jsonl (a line

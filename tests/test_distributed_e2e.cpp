@@ -7,9 +7,10 @@
 //     resuming from the last checkpoint with two ranks continues exactly (same losses, same weights).
 //   - Ctrl-C on the launcher: every rank stops after the same step with a checkpoint holding each
 //     rank's data cursor; resuming continues exactly.
-//   - torchrun --max-restarts with --resume auto: a rank killed after a checkpoint; torchrun restarts
-//     both, they resume from the same checkpoint and finish with the uninterrupted run's losses,
-//     weights and tokens (each token once).
+//   - torchrun --max-restarts with --resume auto: a rank killed after a checkpoint, with a step past
+//     it logged; torchrun restarts both, they resume from the same checkpoint and finish with the
+//     uninterrupted run's losses, weights and tokens (each token once), and metrics.jsonl and
+//     TensorBoard's own reader see each step once.
 //   - Two torchrun agents (--nnodes=2, c10d rendezvous on loopback) train together as two nodes;
 //     a delay on one node's input makes it the straggler the summary names.
 //   - A checkpoint of 2 ranks resumes on 1 and on 3 (text shards, token shards): grad_accum adapts
@@ -164,6 +165,37 @@ double weight_difference(const model::CheckpointState& a, const model::Checkpoin
   return worst;
 }
 
+// The steps of the loss lines of a metrics file, in order (none when it does not exist).
+std::vector<int64_t> logged_steps(const fs::path& file) {
+  std::vector<int64_t> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto v = json_parse(line);
+    if (v.find("loss")) out.push_back(static_cast<int64_t>(v.number("step")));
+  }
+  return out;
+}
+
+// Waits until the run has logged step `step` (true), or the launcher exited, or `limit` passed.
+bool wait_for_step(const fs::path& run_dir, int64_t step, const Launch& l, std::chrono::seconds limit) {
+  for (auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+    if (waitpid(l.pid, nullptr, WNOHANG) != 0) return false;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"loss\"") != std::string::npos && line.ends_with("}") &&
+          json_parse(line).number("step") >= static_cast<double>(step))
+        return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The venv's Python when it has tensorboard (TensorBoard's own reader), else "".
+std::string tensorboard_python() {
+  const std::string python = PIPELINE_INTEROP_PYTHON;
+  return !python.empty() && test_util::shell(python + " -c 'import tensorboard'").code == 0 ? python : std::string();
+}
+
 // One directory, dataset and reference runs for all the cases (torchrun is slow to start here).
 struct Fixture {
   fs::path root, data, two_ranks, one;
@@ -309,7 +341,7 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   auto cfg = write_config(f.root, "restarted", f.data);
   auto sets = common_sets();
   for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
-                        "stages.h2d.input=\"slow\"", "run.resume=\"auto\""})
+                        "stages.h2d.input=\"slow\"", "run.resume=\"auto\"", "logging.tensorboard=true"})
     sets.push_back(s);
   std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=2", "--max-restarts=2",
                                    "--monitor-interval=0.5", "--no-python", PIPELINE_EXE, "run", cfg.string()};
@@ -318,6 +350,8 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   const auto run_dir = f.root / "restarted";
   REQUIRE_MESSAGE(wait_for_file(run_dir / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
                   test_util::read_file(f.root / "restarted.log"));
+  // Killed once step 5 is logged, 300 ms before step 6 can be: past the newest checkpoint (4).
+  REQUIRE_MESSAGE(wait_for_step(run_dir, 5, l, std::chrono::seconds(120)), test_util::read_file(f.root / "restarted.log"));
   pid_t victim = worker_pid(l.pid, 1);
   REQUIRE(victim > 0);
   kill(victim, SIGKILL);
@@ -338,6 +372,37 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   CHECK(same_weights(final_checkpoint(run_dir), final_checkpoint(f.two_ranks)));
   for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})  // every token once, none lost
     CHECK_MESSAGE(read_u16(run_dir / r) == read_u16(f.two_ranks / r), r);
+
+  // Each step once in metrics.jsonl: what the first attempt logged past its checkpoint (step 5 at
+  // least) was moved aside when the restart resumed.
+  std::vector<int64_t> steps = logged_steps(run_dir / "metrics.jsonl"), want;
+  for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
+  CHECK(steps == want);
+  const auto moved = logged_steps(run_dir / "metrics.superseded.jsonl");
+  CHECK_MESSAGE(!moved.empty(), "the kill came before any step past the checkpoint was logged");
+  const auto run_log = test_util::read_file(run_dir / "run.log");
+  CHECK(contains(run_log, "resuming from step 4: "));
+  for (int64_t s : moved) CHECK(s > 4);
+  // And in TensorBoard, as its own reader sees the run's event files (one an attempt).
+  const std::string python = tensorboard_python();
+  if (python.empty()) {
+    MESSAGE("no Python with tensorboard (set-up's venv): TensorBoard's reading not checked");
+    return;
+  }
+  const auto out = f.root / "restarted_tb.json";
+  auto r = test_util::shell(python + " " + std::string(PIPELINE_SOURCE_DIR) +
+                            "/tests/interop/tensorboard_scalars.py --logdir " + run_dir.string() + " --out " + out.string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const JsonValue tb = json_parse(test_util::read_file(out));
+  const JsonValue* loss = tb.find("train/loss");
+  REQUIRE(loss);
+  std::vector<int64_t> tb_steps;
+  for (const auto& point : loss->items) tb_steps.push_back(static_cast<int64_t>(std::stod(point.items.at(0).text)));
+  CHECK(tb_steps == want);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(run_dir)) files += e.path().filename().string().starts_with("events.out.tfevents.");
+  CHECK(files == 2);  // the first attempt's and the restart's
 }
 
 TEST_CASE("two torchrun agents as two nodes on one box train together; the slowed node is named the straggler") {

@@ -260,7 +260,8 @@ std::string line_starting(const std::string& out, const std::string& prefix) {
 
 TEST_CASE("HellaSwag: pipeline eval predicts what transformers predicts, item for item") {
   // A context of 96 tokens holds the longest ending of the items (87 tokens, as of the whole
-  // split) but not 200 of their 804 rows: the cut from the left is exercised as well as the scoring.
+  // split) but not 182 of their 804 rows (97 tokens, the last one a target only, as lm-eval
+  // keeps max_length + 1): the cut from the left is exercised as well as the scoring.
   auto root = temp_dir("hellaswag");
   auto trained = run(tiny_config(root / "run", kTokenInput, kData + "tokens"), root / "run",
                      {"model.block_size=96", "training.steps=30", "optimizer.lr=1e-2", "optimizer.min_lr=1e-3",
