@@ -270,7 +270,7 @@ TEST_CASE("a short run, its stats, and generate and eval from its checkpoint") {
   auto too_long = sh("eval " + run_dir.string() + " --hellaswag " + std::string(PIPELINE_SOURCE_DIR) +
                      "/tests/data/hellaswag/val_every50.jsonl");
   CHECK(too_long.code == 1);
-  CHECK(contains(too_long.out, "val_every50.jsonl:88: ending 0 has 64 tokens; a model with a context of 64 tokens"));
+  CHECK(contains(too_long.out, "val_every50.jsonl:120: ending 3 has 70 tokens; a model with a context of 64 tokens scores endings of up to 64"));
   auto options = sh("eval " + run_dir.string() + " --val " + val + " --items 3");
   CHECK(contains(options.out, "--items and --predictions need --hellaswag FILE"));
   fs::remove_all(dir);
