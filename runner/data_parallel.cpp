@@ -247,6 +247,14 @@ void TrainSync::average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r)
   norm = stats[1];
 }
 
+void TrainSync::sum_windows(StepResult& r) {
+  // A sum mod 2^64 that no int64 all-reduce overflows: the low and the high 32 bits apart, each
+  // summed over the ranks (recombined by step_windows). On the host, so over Gloo with NCCL too.
+  r.windows_parts = torch::tensor({static_cast<int64_t>(r.windows & 0xffffffffu), static_cast<int64_t>(r.windows >> 32)},
+                                  torch::kInt64);
+  r.windows_reduced = dp_.group().allreduce_sum(r.windows_parts);
+}
+
 std::string TrainSync::describe_buckets() const {
   auto sizes = reducer_->bucket_sizes();
   int64_t total = 0, largest = 0;

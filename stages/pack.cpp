@@ -36,8 +36,7 @@ class Pack : public graph::Stage {
     T_ = rc_.cfg.training.seq_len;
     next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
     skip_ = rc_.start.skip;
-    pool_ = std::make_unique<WindowPool>(static_cast<int>(ctx.options.get_int("buffers")), B_ * T_ + 1,
-                                         rc_.device);
+    pool_ = std::make_unique<WindowPool>(static_cast<int>(ctx.options.get_int("buffers")), B_, T_ + 1, rc_.device);
   }
 
   std::shared_ptr<graph::ResourcePool> resource_pool() override { return pool_->gate(); }
@@ -57,15 +56,18 @@ class Pack : public graph::Stage {
     size_t start = 0;
     for (bool first = true; avail - start >= need; first = false) {
       WindowPool::Window w = next_buffer(first);
-      copy_window(static_cast<uint16_t*>(w.tokens.data_ptr()), start, need, fresh);
+      auto* rows = static_cast<uint16_t*>(w.rows.data_ptr());  // (B, T+1)
+      for (int64_t r = 0; r < B_; ++r)  // row r: the window's tokens [r*T, r*T+T]
+        copy_tokens(rows + r * (T_ + 1), start + static_cast<size_t>(r * T_), static_cast<size_t>(T_ + 1), fresh);
       start += stride;
       consumed_ += stride;
       Batch b;
-      b.tokens = std::move(w.tokens);  // (B*T+1) uint16
+      b.rows = std::move(w.rows);  // (B, T+1) uint16
       b.lease = std::move(w.lease);
       b.B = B_;
       b.T = T_;
       b.index = next_index_++;
+      b.data_step = rc_.start_data_step + windows_ / rc_.cfg.training.grad_accum;
       b.after = cursor();
       ++windows_;
       out.emit(std::move(b));
@@ -157,7 +159,7 @@ class Pack : public graph::Stage {
   }
 
   // dst <- tokens [start, start + n) of carry_ followed by fresh.
-  void copy_window(uint16_t* dst, size_t start, size_t n, std::span<const uint16_t> fresh) const {
+  void copy_tokens(uint16_t* dst, size_t start, size_t n, std::span<const uint16_t> fresh) const {
     if (start < carry_.size()) {
       const size_t k = std::min(n, carry_.size() - start);
       std::memcpy(dst, carry_.data() + start, k * sizeof(uint16_t));

@@ -130,19 +130,34 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
 
 std::chrono::nanoseconds wait_ready(const StepResult& r) {
   std::chrono::nanoseconds waited = r.done ? r.done->wait() : std::chrono::nanoseconds(0);
-  if (r.reduced) {  // data parallel on the CPU: the all-reduce of loss and norm
+  for (const auto& work : {r.reduced, r.windows_reduced}) {  // data parallel: the all-reduces of the step's figures
+    if (!work) continue;
     const auto t0 = std::chrono::steady_clock::now();
-    r.reduced->wait();
+    work->wait();
     waited += std::chrono::steady_clock::now() - t0;
   }
   return waited;
 }
 
-std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T) {
-  TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) == B * T + 1, "batch: expected a window of B*T+1 = ", B * T + 1,
-              " tokens, got ", tokens.sizes());
-  auto ids = tokens.to(torch::kInt64);  // (B*T+1)
-  return {ids.narrow(0, 0, B * T).view({B, T}), ids.narrow(0, 1, B * T).view({B, T})};  // (B, T) each
+uint64_t step_windows(const StepResult& r) {
+  if (!r.windows_parts.defined()) return r.windows;
+  // Each half summed as int64 over at most 2^31 ranks cannot overflow; recombined mod 2^64.
+  const auto* p = r.windows_parts.data_ptr<int64_t>();
+  return static_cast<uint64_t>(p[0]) + (static_cast<uint64_t>(p[1]) << 32);
+}
+
+std::string windows_hex(uint64_t windows) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(windows));
+  return buf;
+}
+
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& rows, int64_t B, int64_t T) {
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == B && rows.size(1) == T + 1, "batch: expected (B, T+1) = (", B, ", ",
+              T + 1, ") rows, got ", rows.sizes());
+  auto ids = rows.to(torch::kInt64);  // (B, T+1)
+  // Contiguous, as the model's input and the loss's targets were when they were views of one window.
+  return {ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous()};  // (B, T) each
 }
 
 std::vector<std::pair<std::string, double>> StepTiming::phase_ms() const {

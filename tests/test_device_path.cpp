@@ -65,8 +65,8 @@ class CountingAllocator final : public c10::Allocator {
   c10::Allocator* base_;
 };
 
-// The token stream of the bundled token dataset, and a sink that checks each batch's window
-// against it: window i must be tokens [i*B*T, i*B*T + B*T + 1).
+// The token stream of the bundled token dataset, and a sink that checks each batch's rows against
+// it (the documents order): batch i must be cut from tokens [i*B*T, i*B*T + B*T + 1).
 // With `delay`, the sink is slower than pack, so pack's pool runs dry; it records the most of
 // the pool's buffers it ever saw handed out at once, and how many windows came in overflow
 // buffers instead.
@@ -88,11 +88,18 @@ class WindowCheckSink : public graph::Stage {
   explicit WindowCheckSink(const graph::StageContext&) {}
   void process(graph::Item in, graph::Emitter&) override {
     const auto& b = in.get<stages::Batch>();
-    const auto n = static_cast<size_t>(b.B * b.T + 1), at = static_cast<size_t>(b.index * b.B * b.T);
-    const auto* p = static_cast<const uint16_t*>(b.tokens.data_ptr());
-    if (b.tokens.scalar_type() != torch::kUInt16 || b.tokens.numel() != static_cast<int64_t>(n) ||
-        at + n > g_check.stream.size() || !std::equal(p, p + n, g_check.stream.begin() + static_cast<std::ptrdiff_t>(at)))
-      g_check.wrong.fetch_add(1);
+    // The documents order: row r of batch i is the stream's tokens [(i*B + r)*T, (i*B + r)*T + T].
+    const auto row = static_cast<size_t>(b.T + 1);
+    const auto* p = static_cast<const uint16_t*>(b.rows.data_ptr());
+    bool right = b.rows.scalar_type() == torch::kUInt16 && b.rows.dim() == 2 && b.rows.size(0) == b.B &&
+                 b.rows.size(1) == b.T + 1;
+    for (int64_t r = 0; right && r < b.B; ++r) {
+      const auto at = static_cast<size_t>((b.index * b.B + r) * b.T);
+      right = at + row <= g_check.stream.size() &&
+              std::equal(p + r * b.rows.size(1), p + r * b.rows.size(1) + static_cast<std::ptrdiff_t>(row),
+                         g_check.stream.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+    if (!right) g_check.wrong.fetch_add(1);
     if (b.lease) {
       const auto& pool = b.lease->pool();
       const int in_use = pool.size() - pool.free_count();
