@@ -5,7 +5,9 @@
 #include <c10/core/DeviceGuard.h>
 
 #include <optional>
+#include <span>
 
+#include "datasets/lanes/row_hash.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 
@@ -24,6 +26,9 @@ class Synthetic : public graph::Stage {
     for (int64_t i = 0; i < distinct; ++i) {
       auto buf = torch::randint(0, rc_.model.vocab_size, {B, T + 1}, gen, torch::kInt64);  // (B, T+1)
       auto rows = buf.to(torch::kUInt16);  // (B, T+1)
+      hashes_.push_back(datasets::rows_hash(std::span<const uint16_t>(static_cast<const uint16_t*>(rows.data_ptr()),
+                                                                      static_cast<size_t>(rows.numel())),
+                                            static_cast<size_t>(T + 1)));
       pool_.push_back(rc_.device.is_cuda() ? rows.pin_memory() : rows);
     }
     next_index_ = first_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
@@ -32,9 +37,11 @@ class Synthetic : public graph::Stage {
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested()) return false;
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
-    const auto& buf = pool_[static_cast<size_t>(next_index_) % pool_.size()];
+    const size_t which = static_cast<size_t>(next_index_) % pool_.size();
+    const auto& buf = pool_[which];
     Batch b;
     b.rows = buf;  // (B, T+1) uint16
+    b.windows = hashes_[which];
     b.B = B;
     b.T = T;
     b.index = next_index_++;
@@ -47,6 +54,7 @@ class Synthetic : public graph::Stage {
  private:
   RunContext& rc_;
   std::vector<torch::Tensor> pool_;
+  std::vector<uint64_t> hashes_;  // each batch's row hashes, summed (datasets/lanes/row_hash.h)
   int64_t next_index_ = 0, first_index_ = 0;
 };
 

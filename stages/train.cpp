@@ -323,7 +323,11 @@ class Train : public graph::Stage {
   }
 
   std::shared_ptr<const model::CheckpointState> snapshot() {
-    std::string meta = "{\"step\":" + std::to_string(step_) + ",\"data_step\":" + std::to_string(step_data_step_) +
+    // The data order, and in the lanes order K and the step's rows (runner/lane_setup.h reads them back).
+    const std::string order = rc_.lanes ? ",\"order\":\"lanes\",\"lanes\":" + std::to_string(rc_.lanes->lanes) +
+                                              ",\"rows\":" + std::to_string(rc_.lanes->step_rows)
+                                        : std::string(",\"order\":\"documents\"");
+    std::string meta = "{\"step\":" + std::to_string(step_) + ",\"data_step\":" + std::to_string(step_data_step_) + order +
                        ",\"cursor\":" + step_cursor_.to_json() +
                        ",\"seed\":" + std::to_string(rc_.cfg.run.seed) + ",\"grad_accum\":" +
                        std::to_string(rc_.cfg.training.grad_accum) + ",\"model\":" + rc_.model.to_json() + "}";

@@ -94,6 +94,11 @@ std::string SourcePosition::str() const {
 }
 
 std::string DataCursor::to_json(bool with_done) const {
+  if (lane_order) {
+    std::string out = "{\"lanes\":[";
+    for (size_t i = 0; i < lanes.size(); ++i) out += (i ? "," : "") + json_quote(lanes[i].str());
+    return out + "]}";
+  }
   std::string out = position_json(pos.pos);
   out.pop_back();
   if (pos.mixed) {
@@ -110,6 +115,19 @@ std::string DataCursor::to_json(bool with_done) const {
 DataCursor DataCursor::from_json(const JsonValue& v) {
   if (v.type != JsonValue::Type::object) throw std::runtime_error("data cursor: expected an object");
   DataCursor c;
+  if (const JsonValue* lanes = v.find("lanes")) {  // the lanes order
+    if (lanes->type != JsonValue::Type::array)
+      throw std::runtime_error("data cursor: \"lanes\" (byte offset " + std::to_string(lanes->offset) +
+                               "): expected an array of lane cursors");
+    c.lane_order = true;
+    for (const auto& l : lanes->items) {
+      if (l.type != JsonValue::Type::string)
+        throw std::runtime_error("data cursor: \"lanes\" (byte offset " + std::to_string(l.offset) +
+                                 "): expected a lane cursor as a string, \"lane=L draws=D tokens=T units=N items=I\"");
+      c.lanes.push_back(datasets::LaneCursor::parse(l.text));  // DatasetError naming the key
+    }
+    return c;
+  }
   c.pos.pos = position_from_json(v);
   c.skip = cursor_number(v, "skip");
   if (auto m = v.find("mix")) {

@@ -24,9 +24,12 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/lanes/lane_demand.h"
+#include "datasets/plan/lane_cursor.h"
+#include "datasets/plan/partition.h"
 #include "datasets/sources/dataset_mix.h"
 #include "datasets/sources/dataset_reader.h"
-#include "datasets/plan/partition.h"
+#include "datasets/units/catalog.h"
 #include "base/json.h"
 #include "graph/stage.h"
 #include "model/checkpoint/checkpoint.h"
@@ -46,7 +49,9 @@ struct SourcePosition {
   std::string str() const;
 };
 
-/// Where the token stream continues, in two forms.
+/// Where the data continues. In the lanes order ([data] order = "lanes"): where each of this
+/// rank's lanes goes on (`lanes`, datasets/plan/lane_cursor.h); the fields below are unused. In
+/// the documents order, where the token stream continues, in two forms.
 ///   - This rank's: open the reader at `pos`, then drop the first `skip` tokens it yields (tokens
 ///     of a document or chunk that an earlier batch already used). Only for this rank's partition.
 ///   - Every rank's alike (datasets/plan/partition.h): `next`, the document and token this rank's
@@ -62,7 +67,10 @@ struct DataCursor {
   datasets::Frontier next;
   bool by_shard = false;  // the partition dealt shards (Parquet row groups), not documents
   std::shared_ptr<const datasets::DataProgress> done;
+  bool lane_order = false;                   // the lanes order: `lanes` says it all
+  std::vector<datasets::LaneCursor> lanes;   // this rank's lanes, in the order it serves them
   /// `with_done`: include `done` ("earlier"), which one rank's cursor in a checkpoint carries.
+  /// The lanes order: {"lanes":["lane=0 ...", ...]}.
   std::string to_json(bool with_done = true) const;
   static DataCursor from_json(const JsonValue& v);  // throws std::runtime_error naming the field
 };
@@ -70,13 +78,19 @@ struct DataCursor {
 /// Whole documents read from text shards, concatenated: document i is text[ends[i-1], ends[i]).
 /// One message carries many small documents (about [stages.read] chunk_bytes of text), so the
 /// per-message cost of the flow graph is paid per chunk, not per document. `pos` is the reader
-/// position before the first document.
+/// position before the first document (the documents order).
 struct TextChunk {
   std::string text;
   std::vector<uint32_t> ends;  // end offset of each document in `text`
   /// One per document, in order: its place, and the tokens of it to drop (an earlier run's).
   std::vector<datasets::DocMark> marks;
   SourcePosition pos;
+  /// The lanes order: every document is lane `lane`'s (-1: the documents order), each with its
+  /// place in the lane (one per document), and the reader's estimate of their tokens
+  /// (datasets/lanes/lane_demand.h), which pack hands back when it receives them.
+  int64_t lane = -1;
+  std::vector<datasets::LanePlace> places;
+  uint64_t estimate = 0;
   size_t documents() const { return ends.size(); }
   std::string_view document(size_t i) const {
     size_t begin = i ? ends[i - 1] : 0;
@@ -94,6 +108,14 @@ struct TokenChunk {
   /// the stream is (DataCursor::next).
   std::vector<datasets::DocMark> marks;
   SourcePosition pos;
+  /// The lanes order: every token is lane `lane`'s (-1: the documents order), in pieces: piece i
+  /// is tokens [ends[i-1], ends[i]) with place places[i] (a whole document of a text source, with
+  /// its <|endoftext|> first; a run of one unit's tokens of a token source); `content` says which.
+  int64_t lane = -1;
+  std::vector<datasets::LanePlace> places;
+  std::vector<uint32_t> ends;
+  datasets::UnitContent content = datasets::UnitContent::tokens;
+  uint64_t estimate = 0;  // the reader's estimate of its tokens (TextChunk::estimate)
 };
 
 class WindowLease;  // stages/pinned_pool.h
@@ -238,6 +260,22 @@ class RunLog {
 
 class Ranks;  // stages/ranks.h
 
+/// The lanes order of a run ([data] order = "lanes", docs/data_order.md): what the run layer
+/// decided (K, the step's rows, this rank's lanes and where they start) and what the read stage
+/// and pack share: the demand board (which lane to read next), and, on a fresh run, the start
+/// cursors, which the read stage makes once it has opened the data (it knows its sources).
+struct LaneSession {
+  uint32_t lanes = 0;       // K
+  uint64_t step_rows = 0;   // N = B x grad_accum x W, the rows of one optimizer step
+  uint32_t rank = 0, world = 1;
+  std::vector<uint32_t> mine;  // this rank's lanes: lanes_of(rank, world, K)
+  /// Where `mine` start, in that order: a checkpoint's, or (a fresh run) empty until the read stage
+  /// fills it at its construction, before the graph runs.
+  std::vector<datasets::LaneCursor> start;
+  datasets::UnitContent content = datasets::UnitContent::documents;  // set with `start` by the read stage
+  std::shared_ptr<datasets::LaneDemand> demand;  // indexed like `mine`
+};
+
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
   RunConfig cfg;
@@ -260,6 +298,9 @@ struct RunContext {
   // both from data_partition.)
   datasets::Partition partition;
   std::shared_ptr<Ranks> ranks;
+  /// [data] order = "lanes" (cfg.data.order, which a resume takes from its checkpoint): K, this
+  /// rank's lanes and the demand board; null in the documents order.
+  std::shared_ptr<LaneSession> lanes;
   /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
   bool writer() const;
 };

@@ -177,7 +177,7 @@ TEST_CASE("pack fills windows across chunks of any size, with two buffers and ov
   CHECK(big.losses == small.losses);
   bool reported = false;
   for (const auto& l : printed)
-    if (test_util::contains(l, "windows went to buffers outside its pool of 2")) reported = true;
+    if (test_util::contains(l, "batches went to buffers outside its pool of 2")) reported = true;
   CHECK(reported);
   fs::remove_all(root);
 }
