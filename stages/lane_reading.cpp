@@ -25,6 +25,8 @@ LaneReader::LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& 
                                 (text ? " (tokens are read by a read_tokens stage, without tokenize)"
                                       : " (text is read by read_shards, then tokenize)"));
   }
+  for (const auto& src : order_.sources)  // a source that reads slowly by lanes says so, and what to do
+    if (const auto note = src.catalog->slow_reading_note(); !note.empty() && rc.writer()) rc.log->print(stage + ": " + note);
   if (session_.start.empty()) session_.start = datasets::start_cursors(order_, session_.mine);  // a fresh run
   session_.content = order_.content;
   if (content == datasets::UnitContent::documents)
