@@ -95,7 +95,7 @@ size_t LaneReader::memory() const { return documents_ ? documents_->memory() : t
 size_t lane_chunk_tokens(const RunContext& rc) {
   const auto& t = rc.cfg.training;
   const auto lanes = static_cast<int64_t>(std::max<size_t>(1, rc.lanes->mine.size()));
-  return static_cast<size_t>(std::max<int64_t>(t.seq_len, t.batch_size * t.seq_len / lanes));
+  return static_cast<size_t>(std::max({t.seq_len, t.batch_size * t.seq_len / lanes, kLeastLaneChunkTokens}));
 }
 
 }  // namespace pipeline::stages

@@ -58,8 +58,14 @@ class LaneReader {
   std::optional<datasets::TokenLanes> tokens_;
 };
 
+/// The least a lane's chunk holds by default: 8,192 tokens (32 KiB of text). Each message costs the
+/// input side about the same whatever it carries (the read thread's hand-over, a tokenize and a
+/// pack invocation): with chunks of a row at 16x1024 (4 KiB of text) bench_input's input side
+/// spent half again the CPU a byte that 64 KiB chunks did; from 16 KiB on, no more than noise.
+inline constexpr int64_t kLeastLaneChunkTokens = 8192;
 /// What a read stage reads in the lanes order by default, per chunk: about the tokens one lane
-/// gives a micro-batch (B x T / this rank's lanes), and never under one row of T tokens.
+/// gives a micro-batch (B x T / this rank's lanes), never under one row of T tokens nor under
+/// kLeastLaneChunkTokens. Pack holds about this much per lane.
 size_t lane_chunk_tokens(const RunContext& rc);
 
 }  // namespace pipeline::stages
