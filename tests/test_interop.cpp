@@ -359,7 +359,7 @@ TEST_CASE("the training trajectory is PyTorch's, step by step (tools/parity_trai
   auto r = run(toml, root / "run",
                {"training.steps=50", "training.grad_accum=2", "training.batch_size=4", "training.seq_len=64",
                 "training.grad_clip=1.0", "optimizer.lr=1e-3", "optimizer.min_lr=1e-4", "optimizer.warmup_steps=10",
-                "optimizer.weight_decay=0.1", "checkpoint.every=0"});
+                "optimizer.weight_decay=0.1", "checkpoint.every=0", "data.order=\"documents\""});
   REQUIRE(r.last_step == 50);
   CHECK(fs::file_size(root / "run" / "batches.u16") == 2 * (50 * 2 * 4 * 64 + 1));
   auto out = test_util::shell(kPython + " " + (fs::path(PIPELINE_SOURCE_DIR) / "tools" / "parity_train.py").string() +
