@@ -38,7 +38,7 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                                      "text per message, in whole documents (auto: about one batch, "
                                                                      "4 x batch_size x seq_len bytes; in the lanes order about what "
                                                                      "one lane gives a batch, 4 x max(seq_len, batch_size x seq_len / "
-                                                                     "this rank's lanes, 8192); within 1 KiB..1 MiB)",
+                                                                     "this rank's lanes, 16384); within 1 KiB..1 MiB)",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});
@@ -63,7 +63,7 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                                                      "tokens per emitted chunk; auto: one batch, [training] "
                                                                      "batch_size * seq_len (the lanes order: what one lane gives a "
                                                                      "batch, max(seq_len, batch_size x seq_len / this rank's lanes, "
-                                                                     "8192))",
+                                                                     "16384))",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});

@@ -58,11 +58,12 @@ class LaneReader {
   std::optional<datasets::TokenLanes> tokens_;
 };
 
-/// The least a lane's chunk holds by default: 8,192 tokens (32 KiB of text). Each message costs the
-/// input side about the same whatever it carries (the read thread's hand-over, a tokenize and a
-/// pack invocation): with chunks of a row at 16x1024 (4 KiB of text) bench_input's input side
-/// spent half again the CPU a byte that 64 KiB chunks did; from 16 KiB on, no more than noise.
-inline constexpr int64_t kLeastLaneChunkTokens = 8192;
+/// The least a lane's chunk holds by default: 16,384 tokens (64 KiB of text), the documents order's
+/// chunk at 16x1024. Each message costs the input side about the same whatever it carries (the
+/// read thread's hand-over, a tokenize and a pack invocation, thread wake-ups): with chunks of a
+/// row at 16x1024 (4 KiB of text) bench_input's input side spent half again the CPU a byte that
+/// 64 KiB chunks did. Pack then holds up to about 32 KB a lane (16 MB for 512 lanes on a rank).
+inline constexpr int64_t kLeastLaneChunkTokens = 16384;
 /// What a read stage reads in the lanes order by default, per chunk: about the tokens one lane
 /// gives a micro-batch (B x T / this rank's lanes), never under one row of T tokens nor under
 /// kLeastLaneChunkTokens. Pack holds about this much per lane.

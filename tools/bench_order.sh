@@ -45,8 +45,10 @@ CORPUS_BYTES=$(stat -c %s "$WORK/corpus.txt")
 for tag in base new; do
   build=$BASE
   [[ $tag == new ]] && build=$NEW
-  "$build/tools/pipeline" prepare "$WORK/corpus.txt" --out "$WORK/data_$tag" --val-fraction 0 >/dev/null
+  "$build/tools/pipeline" prepare "$WORK/corpus.txt" --out "$WORK/data_$tag" --val-fraction 0 --quiet >/dev/null 2>&1
 done
+# Each build finds its own pipelines/ and bundled data (its checkout), not this directory's.
+cd "$WORK"
 
 # The input side alone: no model trains (the tiny preset only sizes the run), the data read once.
 cat > "$WORK/input.toml" <<EOF
