@@ -97,6 +97,23 @@ TEST_CASE("the fused loss runs only where every condition holds, and the reason 
   CHECK_FALSE(without([](LossPathInputs& in) { in.chunk_rows = 4096; }).fused);
 }
 
+TEST_CASE("on the CPU the fused kernel runs for fp32 logits on a CPU with AVX2 and FMA, unless chunks are asked for") {
+  const LossPathInputs cpu{.on_cpu = true, .cpu_fp32 = true, .cpu_kernel_runs = true};
+  CHECK(choose_loss_path(cpu).fused);
+  CHECK(choose_loss_path(cpu).why == "fused CPU kernel (AVX2)");
+  auto bf16 = cpu;
+  bf16.cpu_fp32 = false;
+  CHECK_FALSE(choose_loss_path(bf16).fused);
+  CHECK(choose_loss_path(bf16).why.find("fp32") != std::string::npos);
+  auto old_cpu = cpu;
+  old_cpu.cpu_kernel_runs = false;
+  CHECK_FALSE(choose_loss_path(old_cpu).fused);
+  CHECK(choose_loss_path(old_cpu).why.find("AVX2") != std::string::npos);
+  auto chunks = cpu;
+  chunks.chunk_rows = 64;
+  CHECK_FALSE(choose_loss_path(chunks).fused);
+}
+
 namespace {
 
 // An event that records the order of the waits and reports a fixed time for each.

@@ -25,6 +25,7 @@
 // trace of tools/eager_step.py --profile (tools/gpu_report.sh profile).
 #include "model/net/autocast.h"
 #include "model/device/captured_step.h"
+#include "model/device/cpu_block_cache.h"
 #include "model/device/device_event.h"
 #include "model/device/device_peak.h"
 #include "model/net/gpt2.h"
@@ -196,6 +197,7 @@ int main(int argc, char** argv) try {
   const bool cuda = o.device.empty() ? torch::cuda::is_available() : o.device == "cuda";
   if (cuda && !torch::cuda::is_available()) throw std::runtime_error("--device cuda but no CUDA device");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  m::install_cpu_block_cache();  // as `pipeline` does (PIPELINE_CPU_ALLOC=glibc leaves it out)
   std::optional<PeakCpuAllocator> cpu_memory;  // every CPU tensor from here on is counted
   if (!cuda) cpu_memory.emplace();
 
