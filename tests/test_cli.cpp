@@ -157,10 +157,11 @@ TEST_CASE("Parquet input: prepare and a short run read it, loading Arrow's modul
   }
   auto dir = temp_dir("parquet");
   const fs::path file = dir / "docs.parquet";
+  // Row groups of 20: 10 units, enough for the quick start's 8 lanes (docs/data_order.md).
   auto w = test_util::shell(python +
                             " -c \"import pyarrow as pa, pyarrow.parquet as pq; "
                             "pq.write_table(pa.table({'text': ['document %d: ' % i + 'the quick brown fox ' * 20 "
-                            "for i in range(200)]}), '" + file.string() + "', row_group_size=50)\"");
+                            "for i in range(200)]}), '" + file.string() + "', row_group_size=20)\"");
   INFO(w.out);
   REQUIRE(w.code == 0);
   // `prepare` in the executable, with the loader watched: Arrow comes in through the module.
