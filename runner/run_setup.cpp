@@ -16,6 +16,7 @@
 #include "model/dist/dist_env.h"
 #include "model/dist/slurm_env.h"
 #include "runner/data_parallel.h"
+#include "runner/lane_setup.h"
 #include "runner/resume_records.h"
 
 namespace pipeline::stages {
@@ -227,6 +228,10 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     model::restore_rng(state);  // dropout goes on with the masks it would have drawn (set_torch_globals seeded first)
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
+    // The order it was written in (a checkpoint from before lanes: the documents order).
+    const CheckpointOrder held = checkpoint_order(state.metadata, ckpt.string());
+    apply_checkpoint_order(held, req, ctx->cfg, world, ckpt.string());
+    ctx->start_data_step = held.data_step;
     ctx->start_step = state.step;
     ctx->resume_from = ckpt;
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
@@ -322,6 +327,9 @@ RunPlan plan_run(const RunRequest& req) {
   if (env && req.create_run_dir) join_ranks(plan, *env);
   try {
     locate_run(plan, req);
+    if (ctx->cfg.data.order == "lanes")  // K, this rank's lanes and where they start (docs/data_order.md)
+      ctx->lanes = lane_session(ctx->cfg, plan.dp ? static_cast<uint32_t>(plan.dp->rank()) : 0,
+                                plan.dp ? static_cast<uint32_t>(plan.dp->size()) : 1, ctx->start.lanes);
     note_slurm_job(*ctx, plan.dp ? env : std::nullopt);
   } catch (const std::exception& e) {
     if (plan.dp) plan.dp->group().record_exit(e.what());  // the others stop waiting for this rank

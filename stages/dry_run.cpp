@@ -53,9 +53,12 @@ datasets::SourceRequest source_request(const RunConfig& cfg, const config::Secti
   r.tokens = tokens;
   r.seed = static_cast<uint64_t>(cfg.run.seed);
   r.loop = cfg.data.loop;
-  if (tokens) return r;
-  r.column = options.get_string("column");
   r.shuffle = options.get_bool("shuffle");
+  if (tokens) {
+    r.llmc_unit_tokens = static_cast<uint64_t>(options.get_int("llmc_unit_tokens"));
+    return r;
+  }
+  r.column = options.get_string("column");
   for (const auto& e : options.get_string_list("mix")) r.mix.push_back(parse_mix_entry(e, cfg, stage));
   return r;
 }
@@ -75,7 +78,23 @@ datasets::OpenedSource open_stage_source(const datasets::SourceRequest& r, const
                                    ".type=read_tokens, then remove tokenize with --set stages.tokenize= and feed "
                                    "pack from " + stage + ")");
   }
-  return datasets::open_source(r);
+  datasets::OpenedSource s = datasets::open_source(r);
+  // The lanes order knows what its sources hold once it has catalogued them (llm.c, Parquet).
+  if (s.order && (s.order->content == datasets::UnitContent::tokens) != r.tokens) {
+    const bool text = !r.tokens;
+    throw std::invalid_argument("[stages." + stage + "]: " + s.order->sources.front().catalog->source + " holds " +
+                                (text ? "tokens" : "text") + ", and this stage reads " + (text ? "text" : "tokens") +
+                                (text ? " (tokens are read by a read_tokens stage, without tokenize)"
+                                      : " (text is read by read_shards, then tokenize)"));
+  }
+  return s;
+}
+
+void check_recording(const RunConfig& cfg, const config::Section& options, const std::string& stage) {
+  if (options.get_bool("last_target") && cfg.data.order != "documents")
+    throw std::invalid_argument("[stages." + stage + "] last_target = true records a token stream, which only [data] "
+                                "order = \"documents\" trains on (its rows are cut from one window); this run's order "
+                                "is \"" + cfg.data.order + "\"");
 }
 
 std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage,
@@ -131,14 +150,25 @@ void check_training(const RunConfig& cfg, const model::GPTConfig& model, std::op
                                 "the fused AdamW)");
 }
 
-void dry_run_read_shards(const graph::StageContext& ctx) {
+namespace {
+
+// A read stage's dry run: its source opened in the run's order (a fresh start's position, in the
+// documents order: a resumed run's is in its checkpoint's tensors, which check does not read).
+void open_preview_source(const graph::StageContext& ctx, bool tokens) {
   const auto& run = run_preview(ctx);
-  open_stage_source(source_request(run.cfg, ctx.options, ctx.name, false), ctx.name);
+  datasets::SourceRequest r = source_request(run.cfg, ctx.options, ctx.name, tokens);
+  r.lanes = run.lanes;
+  open_stage_source(r, ctx.name);
 }
 
-void dry_run_read_tokens(const graph::StageContext& ctx) {
-  const auto& run = run_preview(ctx);
-  open_stage_source(source_request(run.cfg, ctx.options, ctx.name, true), ctx.name);
+}  // namespace
+
+void dry_run_read_shards(const graph::StageContext& ctx) { open_preview_source(ctx, false); }
+
+void dry_run_read_tokens(const graph::StageContext& ctx) { open_preview_source(ctx, true); }
+
+void dry_run_record_batches(const graph::StageContext& ctx) {
+  check_recording(run_preview(ctx).cfg, ctx.options, ctx.name);
 }
 
 void dry_run_eval(const graph::StageContext& ctx) {

@@ -1,7 +1,8 @@
 // `pipeline check` as a dry run of `pipeline run`, from outside, as a new user meets it: the
 // configs run refuses, check refuses too (a tokens dataset read as text, Parquet without its
-// text column or without an evaluation source, init_from without its weights, a run directory
-// that holds a run or cannot be made, a resume against another model or past its steps); the
+// text column or without an evaluation source, in the lanes order K against the step's rows, too
+// few units for the lanes and last_target recorded, init_from without its weights, a run directory
+// that holds a run or cannot be made, a resume against another model, order or past its steps); the
 // --set forms (a stage removed, a value given with a space) and the errors that name the --set;
 // what a resumed run that has reached its steps says and exits with; run.log holding every line
 // printed; and eval --predictions refused before the model is read.
@@ -52,7 +53,9 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   test_util::TempDir dir("check_data");
   write_text(dir.path / "corpus.txt", 300);
   const fs::path tokens = dir.path / "tok";
-  auto p = sh("prepare " + (dir.path / "corpus.txt").string() + " --split lines --tokens --quiet --out " + tokens.string());
+  // Blocks of 4 KiB: units enough for the lanes of the steps below.
+  auto p = sh("prepare " + (dir.path / "corpus.txt").string() + " --split lines --tokens --block-bytes 4K --quiet --out " +
+              tokens.string());
   INFO(p.out);
   REQUIRE(p.code == 0);
   const std::string on_tokens = kQuick + " --set data.dataset=" + tokens.string();
@@ -82,10 +85,43 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   refused("check " + kQuick + " --set stages.read.type=read_tokens --set stages.tokenize= --set stages.pack.input=read",
           "holds text, and [stages.read] (read_tokens) reads token ids");
   const std::string small_val =
-      refused("check " + swap + " --set stages.tokenize= --set training.batch_size=256", "stage 'eval': building: ");
+      refused("check " + swap + " --set stages.tokenize= --set training.batch_size=256 --set data.lanes=8",
+              "stage 'eval': building: ");
   CHECK(contains(small_val, "fewer than one evaluation batch"));
   refused("check " + kQuick + " --set run.device=cpu --set training.cuda_graph=true",
           "stage 'train': building: [training] cuda_graph = true needs CUDA");
+}
+
+TEST_CASE("check settles the data order as run does, and refuses what run refuses in the lanes order") {
+  test_util::TempDir dir("check_lanes");
+  // K that does not divide the step's 8 rows: refused before any stage is built, by both.
+  const std::string k3 = kQuick + " --set data.lanes=3";
+  const std::string step = "[data] lanes = 3 does not divide the 8 rows of a step (batch_size 8 x grad_accum 1 x 1 process)";
+  CHECK(!contains(refused("check " + k3, step), "configuration valid"));
+  refused("run " + k3 + " --set run.dir=" + (dir.path / "k3").string(), step);
+
+  // 64 lanes (auto: the step's rows, 8 x 8) over the bundled corpus's 62 units (blocks): the data
+  // order's own sentence, from the read stage as it is built, in check as in run. The documents
+  // order reads the same data and config without lanes: check passes it.
+  const std::string wide = kQuick + " --set training.grad_accum=8 --set eval.every=0";
+  const std::string units = refused("check " + wide, "stage 'read': building: ");
+  CHECK(contains(units, "62 units for 64 lanes: every lane needs at least one unit"));
+  CHECK(!contains(units, "configuration valid"));
+  refused("run " + wide + " --set run.dir=" + (dir.path / "wide").string(), "62 units for 64 lanes");
+  auto documents = sh("check " + wide + " --set data.order=documents");
+  INFO(documents.out);
+  CHECK(documents.code == 0);
+  CHECK(contains(documents.out, "configuration valid"));
+
+  // record_batches' last_target records a token stream only the documents order trains on.
+  const std::string recorded = kQuick + " --set stages.rec.type=record_batches --set stages.rec.input=pack "
+                               "--set stages.rec.last_target=true --set stages.h2d.input=rec";
+  refused("check " + recorded,
+          "stage 'rec': building: [stages.rec] last_target = true records a token stream, which only [data] order = "
+          "\"documents\" trains on");
+  auto in_documents = sh("check " + recorded + " --set data.order=documents");
+  INFO(in_documents.out);
+  CHECK(in_documents.code == 0);
 }
 
 TEST_CASE("check refuses Parquet without its text column, or without an evaluation source") {
@@ -179,6 +215,9 @@ TEST_CASE("a run directory that holds a run, or cannot be made, and resumes that
   CHECK(check_more.code == 0);
   CHECK(contains(check_more.out, "configuration valid"));
   refused("check --resume " + run_dir.string() + " --set training.steps=4 --set model.n_layer=3", ckpt + " holds the model");
+  // The order it was written in (the lanes order, K = the 8 rows of its steps) is the resume's.
+  refused("check --resume " + run_dir.string() + " --set training.steps=4 --set data.order=documents",
+          ckpt + " was written in the lanes order with 8 lanes, and --set data.order asks for \"documents\"");
 
   // [model] init_from whose weights are gone: check opens the files train would load.
   const fs::path hf = dir.path / "hf";

@@ -72,10 +72,12 @@ TEST_CASE("the same seed gives the same losses whatever the tokenize worker coun
   fs::remove_all(root);
 }
 
-TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches") {
+TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches (the documents order)") {
+  // One stream whatever the format it is stored in. (The lanes order deals units, a text shard's
+  // blocks or a token shard's, which hold different documents: each lane's stream differs.)
   auto root = temp_dir("swap");
-  auto text = run(tiny_config(root / "t", kTextInput), root / "t");
-  auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k");
+  auto text = run(tiny_config(root / "t", kTextInput), root / "t", {"data.order=\"documents\""});
+  auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k", {"data.order=\"documents\""});
   REQUIRE(text.losses.size() == 8);
   CHECK(text.losses == tokens.losses);
   fs::remove_all(root);
@@ -84,14 +86,16 @@ TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches
 TEST_CASE("record_batches with last_target: the file is every input and target trained on") {
   // 8 steps x 2 micro-batches of B*T = 64 tokens, then the last batch's last target: the token
   // stream's first 1025 tokens (read_tokens and pack cut it without gaps or overlaps but the one
-  // token each window shares with the next). Without last_target, one token fewer.
+  // token each window shares with the next). Without last_target, one token fewer. The
+  // documents order: its rows are cut from one stream, which the lanes order's are not.
   auto root = temp_dir("record");
   const std::string input =
       "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
       "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
       "[stages.rec]\ntype = \"record_batches\"\ninput = \"pack\"\nlast_target = true\n"
       "[stages.h2d]\ntype = \"h2d\"\ninput = \"rec\"\ncapacity = 2\n";
-  auto with = run(tiny_config(root / "with", input, kData + "tokens"), root / "with", {"training.grad_accum=2"});
+  const std::vector<std::string> sets = {"training.grad_accum=2", "data.order=\"documents\""};
+  auto with = run(tiny_config(root / "with", input, kData + "tokens"), root / "with", sets);
   REQUIRE(with.last_step == 8);
   datasets::TokenDatasetReader reader;
   reader.open(kData + "tokens", "train");
@@ -102,7 +106,7 @@ TEST_CASE("record_batches with last_target: the file is every input and target t
   CHECK(std::memcmp(recorded.data(), stream.data(), recorded.size()) == 0);
   std::string plain = input;
   plain.replace(plain.find("last_target = true\n"), 19, "");
-  auto without = run(tiny_config(root / "without", plain, kData + "tokens"), root / "without", {"training.grad_accum=2"});
+  auto without = run(tiny_config(root / "without", plain, kData + "tokens"), root / "without", sets);
   CHECK(without.losses == with.losses);
   CHECK(test_util::read_file(root / "without" / "batches.u16") == recorded.substr(0, recorded.size() - 2));
   fs::remove_all(root);

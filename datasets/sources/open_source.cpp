@@ -5,9 +5,31 @@
 
 namespace pipeline::datasets {
 
+namespace {
+
+// The lanes order's sources: the one dataset, or the mix's, by weight.
+std::vector<SourceSpec> order_sources(const SourceRequest& r) {
+  if (r.mix.empty()) return {{r.dataset.string(), 1.0}};
+  std::vector<SourceSpec> out;
+  for (const auto& m : r.mix) out.push_back({m.dir.string(), m.weight});
+  return out;
+}
+
+}  // namespace
+
 OpenedSource open_source(const SourceRequest& r) {
   OpenedSource s;
-  if (!r.mix.empty()) {
+  if (r.lanes > 0) {
+    DataOrderOptions o;
+    o.lanes = r.lanes;
+    o.seed = r.seed;
+    o.shuffle = r.shuffle;
+    o.loop = r.loop;
+    o.split = r.split;
+    o.column = r.column;
+    o.llmc_unit_tokens = r.llmc_unit_tokens;
+    s.order = std::make_unique<DataOrder>(open_data_order(order_sources(r), o));
+  } else if (!r.mix.empty()) {
     if (r.tokens) throw std::invalid_argument("a mix draws documents: it cannot be read as token ids");
     s.mixed = std::make_unique<MixedDocumentReader>();
     s.mixed->open(r.mix, r.split, r.seed, r.mix_start, r.options, r.column);

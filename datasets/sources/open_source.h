@@ -1,9 +1,12 @@
 // The one place a training source is opened, torch-free: the read stages open what they read
 // through it, and `pipeline check` opens the same sources the same way to know that a run will
 // (a dry run). A source is a prepared dataset's split (text or tokens), llm.c shards, Parquet,
-// or a weighted mix of documents from several of these; opening it checks the manifest, the
-// shards (present, of their size, hashed as the reader's options say), Parquet's files and
-// column, and the start position.
+// or a weighted mix of documents from several of these. In the documents order it is opened as a
+// stream from a start position: the manifest, the shards (present, of their size, hashed as the
+// reader's options say), Parquet's files and column, and the position checked. In the lanes
+// order ([data] order = "lanes", docs/data_order.md) it is opened as the run's data order over K
+// lanes: every source catalogued into units and planned (datasets/lanes/data_order.h), which
+// refuses, among others, a source with fewer units than lanes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "datasets/lanes/data_order.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/sources/dataset_mix.h"
 #include "datasets/sources/dataset_reader.h"
@@ -36,18 +40,23 @@ struct SourceRequest {
   DatasetPosition start;          // where one dataset resumes
   MixPosition mix_start;          // where a mix resumes
   DatasetReaderOptions options;   // this rank's partition; how shards are verified
+  uint32_t lanes = 0;             // the lanes order's K (0: the documents order)
+  uint64_t llmc_unit_tokens = 32768;  // the lanes order: llm.c shards' tokens a unit
 };
 
-/// A source opened: exactly one of the readers is set, by the kind of source.
+/// A source opened: exactly one of these is set, by the order and the kind of source.
 struct OpenedSource {
   std::unique_ptr<TextDatasetReader> text;
   std::unique_ptr<ParquetDocumentReader> parquet;
   std::unique_ptr<MixedDocumentReader> mixed;
   std::unique_ptr<TokenDatasetReader> tokens;
+  std::unique_ptr<DataOrder> order;  // the lanes order: the sources' units and plans (its content: text or tokens)
 };
 
 /// Opens `r`. Throws DatasetError (or std::invalid_argument for a request no reader serves, such
-/// as a mix of token ids) naming the path and what is wrong with it.
+/// as a mix of token ids) naming the path and what is wrong with it. In the lanes order the start
+/// positions, the partition and `tokens` are not used: where the lanes start is the caller's
+/// (LaneCursors), and the order says what its sources hold.
 OpenedSource open_source(const SourceRequest& r);
 
 }  // namespace pipeline::datasets
