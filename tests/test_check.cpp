@@ -132,9 +132,10 @@ TEST_CASE("check refuses Parquet without its text column, or without an evaluati
   }
   test_util::TempDir dir("check_parquet");
   const fs::path file = dir.path / "docs.parquet";
+  // Row groups of 25 rows: 8 units, one for each of the step's 8 lanes.
   auto w = test_util::shell(python + " -c \"import pyarrow as pa, pyarrow.parquet as pq; "
                                      "pq.write_table(pa.table({'body': ['document %d: ' % i + 'the quick brown fox ' * 20 "
-                                     "for i in range(200)]}), '" + file.string() + "', row_group_size=50)\"");
+                                     "for i in range(200)]}), '" + file.string() + "', row_group_size=25)\"");
   INFO(w.out);
   REQUIRE(w.code == 0);
   const std::string on_parquet = kQuick + " --set data.dataset=" + file.string();
