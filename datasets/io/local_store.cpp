@@ -10,7 +10,9 @@
 #include <system_error>
 
 #include "datasets/dataset_error.h"
+#include "datasets/io/remote_store.h"
 #include "datasets/io/store.h"
+#include "datasets/io/url.h"
 
 namespace pipeline::datasets::io {
 namespace fs = std::filesystem;
@@ -118,12 +120,13 @@ bool is_remote_source(const std::string& source) {
   });
 }
 
-std::unique_ptr<Store> open_store(const std::string& source) {
-  if (is_remote_source(source)) {
-    const std::string scheme = source.substr(0, source.find("://"));
-    throw DatasetError(scheme + "://...: this build reads local sources only (a path)");
-  }
-  return std::make_unique<LocalStore>();
+std::unique_ptr<Store> open_store(const std::string& source, const StoreOptions& options) {
+  if (!is_remote_source(source)) return std::make_unique<LocalStore>();
+  HubEndpoint hub;
+  if (auto e = options.env("HF_ENDPOINT"); e && !e->empty()) hub.url = *e;
+  const RemoteUrl url = parse_remote_url(source, hub);
+  if (url.scheme == "s3") return open_s3_store(url, options);
+  return open_http_store(url, options, hub);
 }
 
 }  // namespace pipeline::datasets::io
