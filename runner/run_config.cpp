@@ -3,6 +3,9 @@
 
 #include "graph/observe/listen_address.h"
 
+#include "datasets/dataset_error.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_reader.h"
 
@@ -61,6 +64,18 @@ const std::vector<config::Schema>& run_schemas() {
                 "prepared dataset directory (with manifest.json, from `pipeline prepare`), a directory of llm.c / "
                 "modded-nanogpt token shards (*_train_*.bin, *_val_*.bin), or Parquet: a *.parquet file, a directory "
                 "of them (a Hugging Face snapshot reads data/), or a glob")
+        .string("endpoint", "",
+                "S3: an S3-compatible server, scheme://host[:port] (MinIO, R2, rclone), addressed path-style "
+                "(\"\": AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)")
+        .string("region", "", "S3: the bucket's region (\"\": AWS_REGION, the profile's, else us-east-1)")
+        .string("profile", "",
+                "S3: the profile in ~/.aws/credentials and ~/.aws/config whose keys, region and endpoint to use "
+                "(\"\": AWS_PROFILE, else the environment's keys, else \"default\"); keys never go in this file")
+        .boolean("allow_http", false, "read http:// sources and S3 endpoints (no TLS: data and tokens in clear)")
+        .string("cache_dir", "",
+                "where remote units are cached while the run reads them, shared by the runs of this machine "
+                "(\"\": $XDG_CACHE_HOME/pipeline/data, else ~/.cache/pipeline/data); its cap is [stages.fetch] "
+                "cache_bytes")
         .string("train_split", "train", "split used for training")
         .string("val_split", "val", "split used for evaluation")
         .boolean("loop", true, "start the next epoch at the end of the data instead of stopping");
@@ -181,14 +196,48 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                      "`pipeline export` or save_pretrained write them)");
   }
 
+  // A key or token written in the config would be copied into the run directory's config.toml:
+  // refused, naming where it goes instead.
+  for (const char* key : {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "access_key_id",
+                          "secret_access_key", "access_key", "secret_key", "secret", "session_token", "token",
+                          "hf_token", "password"})
+    if (doc.peek("data", key))
+      throw config::ConfigError(doc.file() + ": [data] " + key +
+                                ": keys and tokens never go in the config (it is copied into the run directory): "
+                                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or HF_TOKEN for the Hugging Face "
+                                "Hub), or put them in ~/.aws/credentials and name the profile with [data] profile");
   auto d = sec("data");
-  fs::path ds = config::resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
-  if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
+  const std::string dataset_text = d.get_string("dataset");
+  if (datasets::io::is_remote_source(dataset_text)) {
+    // Resolved here as text only: `pipeline check` touches no network (the reader lists it).
+    try {
+      const auto url = datasets::io::parse_remote_url(dataset_text);
+      if (url.scheme == "http" && !d.get_bool("allow_http"))
+        throw datasets::DatasetError(url.redacted() + ": plain HTTP, without TLS: set [data] allow_http = true to read it");
+      if (!url.query.empty())
+        throw datasets::DatasetError(url.redacted() + ": a query string in a source's URL is a credential, and the "
+                                     "config is copied into the run directory: use HF_TOKEN, ~/.netrc or an s3:// URL");
+    } catch (const datasets::DatasetError& e) {
+      throw d.error("dataset", e.what());
+    }
+  }
+  fs::path ds = datasets::io::is_remote_source(dataset_text)
+                    ? fs::path(dataset_text)
+                    : config::resolve_data_path(dataset_text, doc.file(), source_dir);
+  if (!datasets::io::is_remote_source(dataset_text) && !fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "
                                  "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin, or Parquet "
                                  "files: a *.parquet file, a directory of them, or a glob)");
-  rc.data = {ds, d.get_string("train_split"), d.get_string("val_split"), d.get_bool("loop")};
+  rc.data = {ds,
+             d.get_string("train_split"),
+             d.get_string("val_split"),
+             d.get_bool("loop"),
+             d.get_string("endpoint"),
+             d.get_string("region"),
+             d.get_string("profile"),
+             d.get_bool("allow_http"),
+             d.get_string("cache_dir").empty() ? fs::path() : config::resolve_data_path(d.get_string("cache_dir"), doc.file(), source_dir)};
 
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),

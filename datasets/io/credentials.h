@@ -36,9 +36,9 @@ EnvLookup process_env();
 
 /// What a config says about S3 ([data] endpoint, region, profile); empty: not said.
 struct S3Settings {
-  std::string endpoint;  // scheme://host[:port] of an S3-compatible server (MinIO, R2, rclone)
-  std::string region;
-  std::string profile;
+  std::string endpoint = {};  // scheme://host[:port] of an S3-compatible server (MinIO, R2, rclone)
+  std::string region = {};
+  std::string profile = {};
 };
 
 /// How to reach S3 and sign for it.

@@ -15,7 +15,7 @@
 namespace pipeline::datasets::io {
 namespace {
 
-constexpr size_t kTailBytes = 1u << 20;  // reads this small that end at a file's end are kept
+constexpr size_t kTailBytes = 256u << 10;  // reads this small that end at a file's end are kept
 constexpr size_t kTails = 64;
 
 }  // namespace
@@ -253,7 +253,7 @@ bool Fetcher::read_planned(const ObjectInfo& file, uint64_t offset, void* out, s
 }
 
 void Fetcher::read_direct(const ObjectInfo& file, uint64_t offset, void* out, size_t n) {
-  const bool tail = n <= kTailBytes && offset + n == file.size;
+  const bool tail = n <= kTailBytes && offset > 0 && offset + n == file.size;
   const std::string key = file.uri + '\0' + file.version + '\0' + std::to_string(offset) + '\0' + std::to_string(n);
   if (tail) {
     std::lock_guard<std::mutex> l(mu_);

@@ -11,7 +11,7 @@
 // file (a hit); the first read in a lane's unit means the lane is done with its earlier ones,
 // which are let go (deleted unless another process reads them), as is a unit every byte of which
 // has been read. A read outside the plan (a Parquet footer, a lane the plan does not cover) goes
-// to the network at once (a miss); small reads at a file's end (footers) are kept in memory.
+// to the network at once (a miss); small reads at a file's end (footers, not a whole file) are kept in memory.
 #pragma once
 
 #include <atomic>

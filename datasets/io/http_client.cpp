@@ -267,8 +267,7 @@ HttpResponse HttpClient::perform(const HttpRequest& request, const Sink& sink, c
                     t.response.status);
   std::string why = impl_->error[0] ? std::string(impl_->error) : std::string(curl_easy_strerror(code));
   const bool transient = transient_code(code);
-  throw HttpError(printed + ": " + redact_urls(why) + (transient ? "" : what_to_set(code)), transient, 0,
-                  connection_failure(code));
+  throw HttpError(printed + ": " + redact_urls(why) + what_to_set(code), transient, 0, connection_failure(code));
 }
 
 }  // namespace pipeline::datasets::io

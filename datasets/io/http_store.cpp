@@ -95,7 +95,9 @@ class HttpStore : public RemoteStore {
       HttpRequest req = request_for(uri);
       req.head = true;
       HttpResponse r = client.perform(req);
-      if ((r.status == 404 || r.status == 410) && !must) return;
+      // Not there, or a folder (a server redirects a folder's name to its name with a '/').
+      const bool folder = r.location.ends_with("/") && !uri.ends_with("/");
+      if ((r.status == 404 || r.status == 410 || (folder && r.status == 403)) && !must) return;
       if (r.status < 200 || r.status >= 300) refuse(uri, r);
       if (!r.content_length)
         throw HttpError(redact_urls(uri) + ": the server gave no size (Content-Length): it cannot be read by ranges", false,
