@@ -44,7 +44,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-ve
           libcurl4-openssl-dev libtinyxml2-dev libglib2.0-dev  # remote sources: HTTP(S) and S3, S3's listings, the AWS files
           nginx            # HTTPS on loopback, for tests/test_remote (started by the test, never as a service)
           chromium         # headless, for the live page's browser test (test_live_browser)
-          slurm-wlm munge)  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
+          slurm-wlm munge  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
+          libxxhash-dev)   # xxHash, the 64-bit hash of a training row (datasets/order/row_hash.h)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
