@@ -64,6 +64,8 @@ void Fetcher::plan(std::vector<LaneUnits> lanes) {
     for (auto& lane : lanes_) old.insert(old.end(), lane.slots.begin(), lane.slots.end());
     for (auto& s : old) drop.push_back(drop_locked(s));
     lanes_.clear();
+    passed_.clear();
+    read_whole_.clear();
     for (auto& next : lanes) {
       Lane lane;
       lane.next = std::move(next);
@@ -83,6 +85,16 @@ Fetcher::SlotPtr Fetcher::take_next_locked() {
   if (!unit || unit->length == 0) {
     best->ended = !unit.has_value();
     return unit ? take_next_locked() : nullptr;
+  }
+  if (auto p = passed_.find(unit->file.uri); p != passed_.end()) {
+    auto& ranges = p->second;
+    const auto it = std::find(ranges.begin(), ranges.end(), std::make_pair(unit->offset, unit->length));
+    if (it != ranges.end()) {
+      ranges.erase(it);
+      if (ranges.empty()) passed_.erase(p);
+      best->planned_bytes += unit->length;
+      return take_next_locked();  // read already: on to the lane's next
+    }
   }
   auto slot = std::make_shared<Slot>();
   slot->unit = std::move(*unit);
@@ -243,8 +255,10 @@ bool Fetcher::read_planned(const ObjectInfo& file, uint64_t offset, void* out, s
         merged.push_back(iv);
     }
     c = std::move(merged);
-    if (c.size() == 1 && c[0].first == 0 && c[0].second >= slot->unit.length && slot->state == Slot::State::ready)
+    if (c.size() == 1 && c[0].first == 0 && c[0].second >= slot->unit.length && slot->state == Slot::State::ready) {
       drop.push_back(drop_locked(slot));
+      read_whole_[slot->unit.file.uri].emplace_back(slot->unit.offset, slot->unit.length);
+    }
   }
   entry.reset();
   drop.clear();
@@ -282,6 +296,34 @@ void Fetcher::read_direct(const ObjectInfo& file, uint64_t offset, void* out, si
     tails_.push_front({key, std::string(static_cast<const char*>(out), n)});
     if (tails_.size() > kTails) tails_.pop_back();
   }
+}
+
+void Fetcher::release(const UnitRef& unit) {
+  std::shared_ptr<UnitCache::Entry> drop;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    const auto range = std::make_pair(unit.offset, unit.length);
+    if (auto r = read_whole_.find(unit.file.uri); r != read_whole_.end()) {
+      // Its slot went when its last byte was read: nothing left to do.
+      auto it = std::find(r->second.begin(), r->second.end(), range);
+      if (it != r->second.end()) {
+        r->second.erase(it);
+        if (r->second.empty()) read_whole_.erase(r);
+        return;
+      }
+    }
+    SlotPtr slot;
+    if (auto f = by_file_.find(unit.file.uri); f != by_file_.end())
+      if (auto it = f->second.find(unit.offset); it != f->second.end() && it->second->unit.length == unit.length)
+        slot = it->second;
+    if (!slot) {
+      // Not planned yet: its reader went ahead of the threads. The plan passes over it.
+      if (!lanes_.empty()) passed_[unit.file.uri].push_back(range);
+      return;
+    }
+    drop = drop_locked(slot);  // in flight: the thread that fetches it lets it go when it lands
+  }
+  cv_.notify_all();
 }
 
 void Fetcher::read(const ObjectInfo& file, uint64_t offset, void* out, size_t n) {

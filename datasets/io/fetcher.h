@@ -60,6 +60,9 @@ class Fetcher {
 
   /// Replaces the plan: these lanes' units from now on. Units already fetched stay until read.
   void plan(std::vector<LaneUnits> lanes);
+  /// A reader is done with this unit: its slot (the oldest of its lane's if the plan holds it
+  /// twice) goes, and with it the cached file.
+  void release(const UnitRef& unit);
   /// Up to n bytes of `file` at `offset` (the caller has clipped n to the file's end).
   void read(const ObjectInfo& file, uint64_t offset, void* out, size_t n);
   UnitCache& cache() { return *cache_; }
@@ -93,6 +96,11 @@ class Fetcher {
   // The units in flight or fetched, by file then offset: where a read looks first.
   std::map<std::string, std::map<uint64_t, SlotPtr>> by_file_;
   int ahead_ = 0;  // slots fetched or in flight that no read has reached yet
+  // Units their readers were done with before the threads came to them (the readers ran ahead
+  // and read them from the network): skipped when a lane's plan reaches them.
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> passed_;
+  // Units read whole, whose release by their reader is still to come.
+  std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> read_whole_;
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
   // Small reads that end at a file's end (Parquet footers), kept: every unit of a file needs them.

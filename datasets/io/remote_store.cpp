@@ -193,6 +193,11 @@ std::unique_ptr<RangeFile> RemoteStore::open(const ObjectInfo& info) {
 
 void RemoteStore::prefetch(std::vector<LaneUnits> lanes) { fetcher().plan(std::move(lanes)); }
 
+void RemoteStore::release(const UnitRef& unit) {
+  std::lock_guard<std::mutex> l(fetcher_mu_);
+  if (fetcher_) fetcher_->release(unit);
+}
+
 FetchStats RemoteStore::fetch_stats() const {
   FetchStats s;
   s.bytes = counters_.bytes.load(std::memory_order_relaxed);

@@ -24,6 +24,7 @@ class RemoteStore : public Store {
   bool remote() const override { return true; }
   std::unique_ptr<RangeFile> open(const ObjectInfo& info) override;
   void prefetch(std::vector<LaneUnits> lanes) override;
+  void release(const UnitRef& unit) override;
   FetchStats fetch_stats() const override;
 
   /// Bytes [offset, offset + length) of `file`, retried and checked, to `out` in order.

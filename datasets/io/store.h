@@ -108,18 +108,20 @@ class Store {
   /// Remote stores: fetch these lanes' units into the cache ahead of their reads, in the order they
   /// will be read, replacing any earlier plan (the fetch stage calls it). Local stores: nothing.
   virtual void prefetch(std::vector<LaneUnits> /*lanes*/) {}
+  /// Remote stores: a lane is done with this unit (its reader closed it): what was fetched for it
+  /// goes from the cache, unless another process reads it. Local stores: nothing.
+  virtual void release(const UnitRef& /*unit*/) {}
   /// Remote stores: what fetching has done so far; local stores: zeros.
   virtual FetchStats fetch_stats() const { return {}; }
   /// One line for the log and `pipeline check`: where the files are and how they are reached
   /// (an endpoint, a region, where the keys came from: never a key).
-  virtual std::string describe() const = 0;
+  virtual std::string describe() const { return remote() ? "a remote store" : "the local file system"; }
 };
 
 /// The local file system.
 class LocalStore : public Store {
  public:
   bool remote() const override { return false; }
-  std::string describe() const override { return "the local file system"; }
   std::vector<ObjectInfo> list(const std::string& prefix) override;
   ObjectInfo stat(const std::string& uri) override;
   std::unique_ptr<RangeFile> open(const ObjectInfo& info) override;
