@@ -58,7 +58,22 @@ struct Served {
     llmc.shard_size = 16 << 10;
     llmc.val_fraction = 0;
     prepare_dataset({dir.path / "corpus.txt"}, llmc);
+    // Parquet, as the Hub lays it out (data/*.parquet), in row groups of 25 rows, with pyarrow.
+    const std::string python = PIPELINE_ARROW_PYTHON;
+    if (!python.empty()) {
+      const auto r = test_util::shell(
+          python + " -c \"import pyarrow as pa, pyarrow.parquet as pq, os, sys\n"
+                   "d = sys.argv[1]; os.makedirs(d, exist_ok=True)\n"
+                   "for f in range(3):\n"
+                   "    docs = ['parquet document %d.%d: ' % (f, i) + 'word ' * (i % 37) for i in range(120)]\n"
+                   "    pq.write_table(pa.table({'text': docs}), os.path.join(d, 'part_%d.parquet' % f), row_group_size=25)\n\" " +
+          (root / "lanes" / "pq" / "data").string() + " 2>&1");
+      parquet = r.code == 0 ? "" : "pyarrow could not write the Parquet files: " + r.out;
+    } else {
+      parquet = "a build without Parquet (PIPELINE_WITH_PARQUET=OFF)";
+    }
   }
+  std::string parquet;  // why the Parquet case cannot run ("" : it runs)
   std::string local(const std::string& name) const { return (root / "lanes" / name).string(); }
 };
 
@@ -176,6 +191,28 @@ TEST_CASE("llm.c shards through S3: every lane reads the local copy's tokens") {
   DataOrder s3 = open_data_order({{"s3://lanes/llmc"}}, order_options(s3_store(rclone().endpoint(), cache.path)));
   CHECK(tokens(s3, start_cursors(s3, all), 5000) == want);
   CHECK(s3.sources[0].store->fetch_stats().hit_bytes > 0);
+}
+
+TEST_CASE("Parquet through S3 and HTTPS (a brace pattern of the Hub's kind): every lane reads the local copy's rows") {
+  if (!served().parquet.empty()) {
+    MESSAGE("skipped: " << served().parquet);
+    return;
+  }
+  SKIP_UNLESS(rclone());
+  TempDir cache("cache");
+  DataOrder local = open_data_order({{served().local("pq")}}, order_options());
+  CHECK(local.sources[0].catalog->format == SourceFormat::parquet);
+  const auto all = lanes_of(0, 1, kLanes);
+  const auto want = documents(local, start_cursors(local, all), 1000);
+  DataOrder s3 = open_data_order({{"s3://lanes/pq"}}, order_options(s3_store(rclone().endpoint(), cache.path)));
+  CHECK(documents(s3, start_cursors(s3, all), 1000) == want);
+  CHECK(s3.sources[0].store->fetch_stats().hit_bytes > 0);
+  SKIP_UNLESS(nginx());
+  io::StoreOptions h;
+  h.cache_dir = cache.path;
+  h.env = test_util::env_of({{"HOME", served().dir.path.string()}, {"SSL_CERT_FILE", nginx().ca_file.string()}});
+  DataOrder https = open_data_order({{nginx().base() + "/redirect/lanes/pq/data/part_{0..2}.parquet"}}, order_options(h));
+  CHECK(documents(https, start_cursors(https, all), 1000) == want);
 }
 
 TEST_CASE("two ranks fetch only their own lanes' units") {

@@ -117,6 +117,11 @@ size_t on_body(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  const auto* cancel = static_cast<const std::atomic<bool>*>(user);
+  return cancel && cancel->load(std::memory_order_relaxed) ? 1 : 0;  // non-zero: CURLE_ABORTED_BY_CALLBACK
+}
+
 struct SList {
   curl_slist* list = nullptr;
   ~SList() { curl_slist_free_all(list); }
@@ -219,6 +224,11 @@ HttpResponse HttpClient::perform(const HttpRequest& request, const Sink& sink, c
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(c, CURLOPT_USERAGENT, "pipeline");
+  if (o.cancel) {
+    curl_easy_setopt(c, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(c, CURLOPT_XFERINFOFUNCTION, on_progress);
+    curl_easy_setopt(c, CURLOPT_XFERINFODATA, o.cancel);
+  }
   if (!o.ca_file.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, o.ca_file.c_str());
   if (o.netrc && !request.sigv4 && !request.bearer) curl_easy_setopt(c, CURLOPT_NETRC, static_cast<long>(CURL_NETRC_OPTIONAL));
   if (request.head) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);

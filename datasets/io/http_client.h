@@ -11,6 +11,7 @@
 //   io::HttpResponse r = client.perform(req, [&](const char* p, size_t n) { bytes.append(p, n); return true; });
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -33,6 +34,8 @@ struct HttpOptions {
   std::string ca_file;
   /// Read ~/.netrc (or NETRC) for a user and password per host.
   bool netrc = true;
+  /// Set: a transfer in progress stops (the store is closing).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 /// What to sign an S3 request with.

@@ -19,6 +19,8 @@ class HttpStore : public RemoteStore {
   HttpStore(const RemoteUrl& url, const StoreOptions& options, HubEndpoint hub, Secret token)
       : RemoteStore(options, {token.reveal()}), host_(url.host), scheme_(url.scheme), hub_(std::move(hub)), token_(std::move(token)) {}
 
+  ~HttpStore() override { stop_fetching(); }
+
   std::string describe() const override {
     return scheme_ + "://" + host_ + (token_.empty() ? "" : " (HF_TOKEN sent)") + ", files named by a manifest, a list file or a brace pattern";
   }

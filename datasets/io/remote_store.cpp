@@ -72,13 +72,17 @@ RemoteStore::RemoteStore(StoreOptions options, std::vector<std::string> secrets)
       retry_({.retry_for_s = options_.retry_for_s}, &stopping_) {
   http_.stall_timeout_s = options_.stall_timeout_s;
   http_.ca_file = ca_file_of(options_.env);
+  http_.cancel = &stopping_;
   secrets_.erase(std::remove_if(secrets_.begin(), secrets_.end(), [](const std::string& s) { return s.size() < 4; }),
                  secrets_.end());
   pool_ = std::make_unique<Pool>(http_);
 }
 
-RemoteStore::~RemoteStore() {
+RemoteStore::~RemoteStore() { stop_fetching(); }
+
+void RemoteStore::stop_fetching() {
   stopping_ = true;
+  std::lock_guard<std::mutex> l(fetcher_mu_);
   fetcher_.reset();
 }
 

@@ -48,6 +48,9 @@ class RemoteStore : public Store {
   [[noreturn]] void refuse(const std::string& uri, const HttpResponse& response) const;
   /// `text` with every secret this store holds replaced, and URLs' query strings redacted.
   std::string scrub(const std::string& text) const;
+  /// Stops the fetch threads (transfers in progress are cut). A protocol's destructor calls it
+  /// first: the threads call its request_for(), which must not outlive it.
+  void stop_fetching();
 
   StoreOptions options_;
   HttpOptions http_;

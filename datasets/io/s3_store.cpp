@@ -81,6 +81,8 @@ class S3Store : public RemoteStore {
         access_(std::move(access)),
         bucket_(url.host) {}
 
+  ~S3Store() override { stop_fetching(); }
+
   std::string describe() const override { return "S3 bucket " + bucket_ + ": " + access_.describe(); }
 
   std::vector<ObjectInfo> list(const std::string& prefix) override {

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "datasets/dataset_error.h"
+#include "datasets/io/url.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_module.h"
 #include "datasets/shards/block_shard.h"
@@ -252,7 +253,15 @@ Catalog build_catalog(io::Store& store, const std::string& given, const CatalogO
   c.source = given;
   std::string source = given;
   while (source.size() > 1 && source.back() == '/') source.pop_back();
-  if (is_glob(source)) {  // Parquet files matching a pattern, listed from its fixed directory
+  if (store.remote() && (io::has_braces(source) || source.ends_with(".txt"))) {
+    // A remote source that names its files (HTTP cannot list): a brace pattern or a list file
+    // (issue 37, docs/remote.md), of Parquet files or of llm.c shards in one folder.
+    const std::vector<io::ObjectInfo> listing = store.list(source);
+    if (std::all_of(listing.begin(), listing.end(), [](const io::ObjectInfo& i) { return is_parquet_name(i.uri); }))
+      parquet_units(store, c, listing, o);
+    else
+      llmc_units(store, c, parent_of(listing.front().uri), listing, o);
+  } else if (is_glob(source)) {  // Parquet files matching a pattern, listed from its fixed directory
     if (!source.ends_with(".parquet"))
       throw DatasetError(given + ": a pattern names Parquet files (it ends in .parquet)");
     std::string dir = source.substr(0, source.find_first_of("*?["));
