@@ -281,4 +281,22 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   return rc;
 }
 
+datasets::io::StoreOptions store_options_of(const RunConfig& rc, const graph::GraphSpec& spec) {
+  datasets::io::StoreOptions o;
+  o.endpoint = rc.data.endpoint;
+  o.region = rc.data.region;
+  o.profile = rc.data.profile;
+  o.allow_http = rc.data.allow_http;
+  o.cache_dir = rc.data.cache_dir;
+  for (const auto& st : spec.stages)
+    if (st.type == "fetch" && st.resolved) {
+      o.prefetch = static_cast<int>(st.resolved->get_int("prefetch"));
+      o.cache_bytes = static_cast<uint64_t>(st.resolved->get_int("cache_bytes"));
+      o.connections = static_cast<int>(st.resolved->get_int("connections"));
+      o.retry_for_s = st.resolved->get_float("retry_for");
+    }
+  return o;
+}
+
+
 }  // namespace pipeline::stages

@@ -326,6 +326,7 @@ RunPlan plan_run(const RunRequest& req) {
   plan.ctx = ctx;
   ctx->cfg = std::move(resolved.cfg);
   ctx->model = resolved.model;
+  ctx->store_options = store_options_of(ctx->cfg, plan.spec);
   // Set by torchrun, or by srun; none for one process.
   const auto env = dist::launch_env(dist::process_env(), static_cast<uint16_t>(ctx->cfg.run.master_port));
   ctx->device = pick_device(ctx->cfg, env);

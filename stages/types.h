@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/io/store.h"
 #include "datasets/sources/dataset_mix.h"
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/plan/partition.h"
@@ -241,6 +242,13 @@ struct RunContext {
   // both from data_partition.)
   datasets::Partition partition;
   std::shared_ptr<Ranks> ranks;
+  /// Remote sources (docs/remote.md): how the readers open their stores ([data] endpoint, region,
+  /// profile, allow_http, cache_dir; the fetch stage's prefetch, cache_bytes, connections,
+  /// retry_for), and the stores they opened, which the fetch stage reports on. A reader of a
+  /// DataOrder opens it with `.store = store_options`, adds its remote stores here, and calls
+  /// datasets::fetch_ahead with its lanes' cursors.
+  datasets::io::StoreOptions store_options;
+  std::shared_ptr<datasets::io::StoreSet> remote_stores = std::make_shared<datasets::io::StoreSet>();
   /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
   bool writer() const;
 };

@@ -444,3 +444,40 @@ TEST_CASE("an object that changes under the run is an error naming it, never a m
   CHECK(contains(e, "s3://data/changing/x.bin"));
   CHECK(contains(e, "changed under the run"));
 }
+
+#ifdef PIPELINE_EXE
+TEST_CASE("pipeline check of a remote source: no network unless --probe, clear refusals, and the planted key nowhere") {
+  SKIP_UNLESS(rclone());
+  TempDir home("home");
+  const std::string set = " --set data.dataset=s3://data/set --set data.endpoint=" + rclone().endpoint() +
+                          " --set data.allow_http=true --set data.cache_dir=" + (home.path / "cache").string();
+  auto check = [&](const std::string& secret, const std::string& extra) {
+    return test_util::shell("cd " + std::string(PIPELINE_SOURCE_DIR) + " && env HOME=" + home.path.string() +
+                            " AWS_ACCESS_KEY_ID=" + kKey + " AWS_SECRET_ACCESS_KEY=" + secret + " " + PIPELINE_EXE +
+                            " check quickstart.toml" + set + extra + " 2>&1");
+  };
+  auto quiet = check(kSecret, "");
+  INFO(quiet.out);
+  CHECK(quiet.code == 0);
+  CHECK(contains(quiet.out, "keys from the environment (AWS_ACCESS_KEY_ID)"));
+  CHECK(contains(quiet.out, "the network is not touched"));
+  CHECK(!contains(quiet.out, kSecret));
+  CHECK(!fs::exists(home.path / "cache"));  // nothing made: the cache waits for the first read
+  auto probe = check(kSecret, " --probe");
+  INFO(probe.out);
+  CHECK(probe.code == 0);
+  CHECK(contains(probe.out, "probe: 2 files"));
+  CHECK(!contains(probe.out, kSecret));
+  const std::string wrong = "PLANTEDwrongSECRET77";
+  auto denied = check(wrong, " --probe");
+  INFO(denied.out);
+  CHECK(denied.code != 0);
+  CHECK(contains(denied.out, "403"));
+  CHECK(contains(denied.out, "AWS_SECRET_ACCESS_KEY"));
+  CHECK(!contains(denied.out, wrong));
+  auto in_toml = check(kSecret, " --set data.aws_secret_access_key=" + wrong);
+  CHECK(in_toml.code != 0);
+  CHECK(contains(in_toml.out, "keys and tokens never go in the config"));
+  CHECK(!contains(in_toml.out, wrong));
+}
+#endif

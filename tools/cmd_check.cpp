@@ -9,15 +9,48 @@
 #include "cli.h"
 #include "model/checkpoint/checkpoint_file.h"
 #include "run_request.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
+#include "runner/run_config.h"
 #include "runner/run_resolve.h"
 
 namespace pipeline::cli {
 namespace {
 
-int check_main(const std::vector<std::string>& args) {
+// A remote source: where it is and how it is reached (the endpoint, the region, where the keys
+// come from; never a key), resolved without the network; with --probe, listed through it.
+void check_remote(const stages::ResolvedRun& run, bool probe) {
+  const std::string source = run.cfg.data.dataset.string();
+  if (!datasets::io::is_remote_source(source)) {
+    if (probe) std::cout << "probe: " << source << " is local; nothing to probe\n";
+    return;
+  }
+  auto store = datasets::io::open_store(source, stages::store_options_of(run.cfg, run.spec));
+  std::cout << "data: " << datasets::io::redact_urls(source) << ": " << store->describe() << "\n";
+  if (!probe) {
+    std::cout << "data: the network is not touched (--probe lists the source)\n";
+    return;
+  }
+  const auto files = store->list(source);
+  uint64_t bytes = 0;
+  for (const auto& f : files) bytes += f.size;
+  std::cout << "probe: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", " << bytes << " bytes; first "
+            << datasets::io::redact_urls(files.front().uri) << "\n";
+}
+
+int check_main(const std::vector<std::string>& all_args) {
+  bool probe = false;
+  std::vector<std::string> args;
+  for (const auto& a : all_args) {
+    if (a == "--probe")
+      probe = true;
+    else
+      args.push_back(a);
+  }
   const stages::RunRequest req = parse_run_request(args, "check");
   const stages::ResolvedRun run = stages::resolve_run(req);
   print_run_header(std::cout, run.config_path, run.cfg.run.device, req.resume, run.model, run.sections());
+  check_remote(run, probe);
   if (!req.resume.empty()) {
     if (!std::filesystem::is_directory(req.resume))
       throw std::runtime_error(req.resume.string() + ": no such run directory");
@@ -39,9 +72,11 @@ int check_main(const std::vector<std::string>& args) {
 }
 
 PIPELINE_COMMAND({"check", "validate a config and print every resolved setting",
-                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto]\n\n"
+                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto] [--probe]\n\n"
                   "Resolves the whole configuration as `pipeline run` would (defaults, --set, dataset path,\n"
-                  "model preset, the stage graph), prints it as a table, and exits non-zero on any error.",
+                  "model preset, the stage graph), prints it as a table, and exits non-zero on any error.\n"
+                  "A remote dataset (s3://, https://) is resolved without the network: where it is and where\n"
+                  "its keys come from; --probe also lists it (403, 404, a missing bucket, DNS and TLS errors).",
                   &check_main});
 
 }  // namespace

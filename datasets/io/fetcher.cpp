@@ -36,8 +36,23 @@ Fetcher::Fetcher(const StoreOptions& options, Download download, FetchCounters& 
     : options_(options), download_(std::move(download)), counters_(counters) {
   cache_ = std::make_unique<UnitCache>(options_.cache_dir.empty() ? default_cache_dir() : options_.cache_dir,
                                        options_.cache_bytes);
-  const int n = std::max(1, options_.connections);
-  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { thread_main(); });
+  set_limits(options_.connections, options_.prefetch);
+}
+
+void Fetcher::set_limits(int connections, int prefetch) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (prefetch > 0) prefetch_ = prefetch;
+    if (connections > 0) {
+      connections_ = std::min(connections, 1024);
+      // Threads beyond the count wait; more are started when it grows past them.
+      while (static_cast<int>(threads_.size()) < connections_) {
+        const int index = static_cast<int>(threads_.size());
+        threads_.emplace_back([this, index] { thread_main(index); });
+      }
+    }
+  }
+  cv_.notify_all();
 }
 
 Fetcher::~Fetcher() {
@@ -48,7 +63,12 @@ Fetcher::~Fetcher() {
       for (auto& s : lane.slots) s->give_up = true;  // a thread waiting for room stops waiting
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    threads.swap(threads_);
+  }
+  for (auto& t : threads) t.join();
   std::lock_guard<std::mutex> l(mu_);
   by_file_.clear();
   lanes_.clear();
@@ -76,7 +96,7 @@ void Fetcher::plan(std::vector<LaneUnits> lanes) {
 }
 
 Fetcher::SlotPtr Fetcher::take_next_locked() {
-  if (ahead_ >= std::max(1, options_.prefetch)) return nullptr;
+  if (ahead_ >= std::max(1, prefetch_.load(std::memory_order_relaxed))) return nullptr;
   Lane* best = nullptr;
   for (auto& lane : lanes_)
     if (!lane.ended && (!best || lane.planned_bytes < best->planned_bytes)) best = &lane;
@@ -106,11 +126,11 @@ Fetcher::SlotPtr Fetcher::take_next_locked() {
   return slot;
 }
 
-void Fetcher::thread_main() {
+void Fetcher::thread_main(int index) {
   name_this_thread("fetch");
   std::unique_lock<std::mutex> l(mu_);
   while (!stop_) {
-    SlotPtr slot = take_next_locked();
+    SlotPtr slot = index < connections_.load(std::memory_order_relaxed) ? take_next_locked() : nullptr;
     if (!slot) {
       cv_.wait(l);
       continue;

@@ -38,6 +38,7 @@ namespace pipeline::datasets::io {
 struct FetchCounters {
   alignas(kCacheLine) std::atomic<uint64_t> bytes{0};
   alignas(kCacheLine) std::atomic<uint64_t> requests{0};
+  alignas(kCacheLine) std::atomic<int64_t> busy_ns{0};
   alignas(kCacheLine) std::atomic<int64_t> in_flight{0};
   alignas(kCacheLine) std::atomic<uint64_t> retries{0};
   alignas(kCacheLine) std::atomic<uint64_t> units{0};
@@ -60,6 +61,10 @@ class Fetcher {
 
   /// Replaces the plan: these lanes' units from now on. Units already fetched stay until read.
   void plan(std::vector<LaneUnits> lanes);
+  /// Moves the limits while it runs (autotune): requests at once, units ahead (0: unchanged).
+  void set_limits(int connections, int prefetch);
+  int connections() const { return connections_.load(std::memory_order_relaxed); }
+  int prefetch() const { return prefetch_.load(std::memory_order_relaxed); }
   /// A reader is done with this unit: its slot (the oldest of its lane's if the plan holds it
   /// twice) goes, and with it the cached file.
   void release(const UnitRef& unit);
@@ -77,7 +82,7 @@ class Fetcher {
     bool ended = false;
   };
 
-  void thread_main();
+  void thread_main(int index);
   // The next unit to fetch, taken from the lane that needs one first; null when none may go now.
   SlotPtr take_next_locked();
   void fetch(const SlotPtr& slot);
@@ -102,6 +107,7 @@ class Fetcher {
   // Units read whole, whose release by their reader is still to come.
   std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> read_whole_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{1}, prefetch_{1};  // threads at work (of threads_), units ahead
   std::vector<std::thread> threads_;
   // Small reads that end at a file's end (Parquet footers), kept: every unit of a file needs them.
   struct Tail {

@@ -3,6 +3,7 @@
 #include "datasets/io/remote_store.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "datasets/dataset_error.h"
@@ -104,15 +105,21 @@ void RemoteStore::with_client(const std::string& what, const std::function<void(
         [&] {
           auto client = pool_->take();
           counters_.in_flight.fetch_add(1, std::memory_order_relaxed);
+          const auto start = std::chrono::steady_clock::now();
+          auto done = [&] {
+            counters_.in_flight.fetch_sub(1, std::memory_order_relaxed);
+            counters_.requests.fetch_add(1, std::memory_order_relaxed);
+            counters_.busy_ns.fetch_add(
+                std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count(),
+                std::memory_order_relaxed);
+          };
           try {
             attempt(*client);
           } catch (...) {
-            counters_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-            counters_.requests.fetch_add(1, std::memory_order_relaxed);
+            done();
             throw;  // a failed connection is not put back: the next attempt starts afresh
           }
-          counters_.in_flight.fetch_sub(1, std::memory_order_relaxed);
-          counters_.requests.fetch_add(1, std::memory_order_relaxed);
+          done();
           pool_->give(std::move(client));
           contacted_.store(true, std::memory_order_relaxed);
         },
@@ -206,6 +213,7 @@ FetchStats RemoteStore::fetch_stats() const {
   FetchStats s;
   s.bytes = counters_.bytes.load(std::memory_order_relaxed);
   s.requests = counters_.requests.load(std::memory_order_relaxed);
+  s.busy_s = static_cast<double>(counters_.busy_ns.load(std::memory_order_relaxed)) * 1e-9;
   s.in_flight = counters_.in_flight.load(std::memory_order_relaxed);
   s.retries = counters_.retries.load(std::memory_order_relaxed);
   s.units = counters_.units.load(std::memory_order_relaxed);
@@ -213,13 +221,23 @@ FetchStats RemoteStore::fetch_stats() const {
   s.miss_bytes = counters_.miss_bytes.load(std::memory_order_relaxed);
   s.wait_s = static_cast<double>(counters_.wait_ns.load(std::memory_order_relaxed)) * 1e-9;
   s.cache_cap = options_.cache_bytes;
-  auto* self = const_cast<RemoteStore*>(this);
-  std::lock_guard<std::mutex> l(self->fetcher_mu_);
+  std::lock_guard<std::mutex> l(fetcher_mu_);
+  s.connections = options_.connections;
+  s.prefetch = options_.prefetch;
   if (fetcher_) {
     s.cache_bytes = fetcher_->cache().bytes();
     s.cache_high_water = fetcher_->cache().high_water();
+    s.connections = fetcher_->connections();
+    s.prefetch = fetcher_->prefetch();
   }
   return s;
+}
+
+void RemoteStore::set_fetch_limits(int connections, int prefetch) {
+  std::lock_guard<std::mutex> l(fetcher_mu_);
+  if (connections > 0) options_.connections = connections;
+  if (prefetch > 0) options_.prefetch = prefetch;
+  if (fetcher_) fetcher_->set_limits(connections, prefetch);
 }
 
 }  // namespace pipeline::datasets::io

@@ -26,6 +26,7 @@ class RemoteStore : public Store {
   void prefetch(std::vector<LaneUnits> lanes) override;
   void release(const UnitRef& unit) override;
   FetchStats fetch_stats() const override;
+  void set_fetch_limits(int connections, int prefetch) override;
 
   /// Bytes [offset, offset + length) of `file`, retried and checked, to `out` in order.
   void download(const ObjectInfo& file, uint64_t offset, uint64_t length, const HttpClient::Sink& out);
@@ -65,7 +66,7 @@ class RemoteStore : public Store {
   std::atomic<bool> contacted_{false};
   std::unique_ptr<Pool> pool_;
   mutable FetchCounters counters_;
-  std::mutex fetcher_mu_;
+  mutable std::mutex fetcher_mu_;
   std::unique_ptr<Fetcher> fetcher_;  // made at the first open or plan: `pipeline check` makes no cache
 };
 

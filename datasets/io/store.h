@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -64,6 +65,7 @@ using LaneUnits = std::function<std::optional<UnitRef>()>;
 struct FetchStats {
   uint64_t bytes = 0;             // downloaded (units ahead and reads on demand)
   uint64_t requests = 0;          // requests answered, retries included
+  double busy_s = 0;              // connection seconds spent in requests (all connections together)
   int64_t in_flight = 0;          // requests in progress now
   uint64_t retries = 0;           // attempts made again after a passing fault
   uint64_t units = 0;             // units fetched ahead into the cache
@@ -73,6 +75,8 @@ struct FetchStats {
   uint64_t cache_bytes = 0;       // the cache's total now, every process's entries counted
   uint64_t cache_high_water = 0;  // its most, seen by this process
   uint64_t cache_cap = 0;
+  int connections = 0;            // the limits in force
+  int prefetch = 0;
 };
 
 /// How a store reaches its files, and the cache and fetching of a remote one: [data] endpoint,
@@ -113,9 +117,30 @@ class Store {
   virtual void release(const UnitRef& /*unit*/) {}
   /// Remote stores: what fetching has done so far; local stores: zeros.
   virtual FetchStats fetch_stats() const { return {}; }
+  /// Remote stores: moves the fetch threads' limits while they run (autotune): requests at once
+  /// and units ahead (0: unchanged). Local stores: nothing.
+  virtual void set_fetch_limits(int /*connections*/, int /*prefetch*/) {}
   /// One line for the log and `pipeline check`: where the files are and how they are reached
   /// (an endpoint, a region, where the keys came from: never a key).
   virtual std::string describe() const { return remote() ? "a remote store" : "the local file system"; }
+};
+
+/// The remote stores a run reads through: the readers add the stores they open, and the fetch
+/// stage reports what they have done together. Thread-safe.
+class StoreSet {
+ public:
+  /// `source`: the source as printed (a URL, its query redacted).
+  void add(std::shared_ptr<Store> store, std::string source);
+  /// Every store's figures, summed (the cache's: the largest, as the stores may share one).
+  FetchStats total() const;
+  /// The sources added, as printed.
+  std::vector<std::string> sources() const;
+  /// Every store's fetch limits (Store::set_fetch_limits).
+  void set_fetch_limits(int connections, int prefetch);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::shared_ptr<Store>, std::string>> stores_;
 };
 
 /// The local file system.
