@@ -183,7 +183,7 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int bench_main(int argc, char** argv) {
   Options o;
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() < 2) {
@@ -250,4 +250,13 @@ int main(int argc, char** argv) {
               median(full_rate), median(first), o.trials, 100 * median(waited), static_cast<unsigned long long>(high),
               static_cast<unsigned long long>(cap), static_cast<unsigned long long>(unit));
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return bench_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_remote_input: %s\n", e.what());
+    return 1;
+  }
 }

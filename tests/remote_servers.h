@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -64,6 +65,8 @@ class Child {
     pid_ = ::fork();
     if (pid_ == 0) {
       ::setsid();
+      // A test that crashes takes its servers with it.
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
