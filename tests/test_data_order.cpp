@@ -41,6 +41,7 @@
 #include "datasets/tokenizer/tokenizer.h"
 #include "datasets/units/catalog.h"
 #include "datasets/units/unit_reader.h"
+#include "parquet_files.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -117,20 +118,7 @@ class CountingStore : public io::Store {
 
 DataOrder order_of(const std::vector<SourceSpec>& specs, const DataOrderOptions& o,
                    std::shared_ptr<CountingStore> store = nullptr) {
-  std::vector<OrderSource> sources;
-  for (const SourceSpec& s : specs) {
-    OrderSource src;
-    src.store = store ? std::static_pointer_cast<io::Store>(store) : std::make_shared<io::LocalStore>();
-    src.catalog = std::make_shared<const Catalog>(build_catalog(*src.store, s.source,
-                                                                {.split = o.split,
-                                                                 .column = o.column,
-                                                                 .lanes = o.lanes,
-                                                                 .llmc_unit_tokens = o.llmc_unit_tokens,
-                                                                 .verify = o.verify}));
-    src.weight = s.weight;
-    sources.push_back(std::move(src));
-  }
-  return make_data_order(std::move(sources), o);
+  return open_data_order(specs, o, store);
 }
 
 // One step's rows, every rank's: their hashes' sum and the rows themselves, sorted.
@@ -316,6 +304,7 @@ TEST_CASE("shards of format 1 (text): whole shards when there are enough, docume
     uint64_t docs = 0;
     for (const Unit& u : c.units) docs += u.documents;
     CHECK(docs == 150);
+    CHECK(contains(c.slow_reading_note(), "`pipeline prepare` again makes block shards"));
     check_invariance(order, 16, 60);
   }
   SUBCASE("whole shards") {
@@ -324,6 +313,7 @@ TEST_CASE("shards of format 1 (text): whole shards when there are enough, docume
     const Catalog& c = *order.sources[0].catalog;
     CHECK(c.units.size() == c.files.size());
     CHECK(c.units.size() >= kLanes);
+    CHECK(c.slow_reading_note().empty());
     check_invariance(order, 16, 60);
   }
 }
@@ -434,8 +424,10 @@ TEST_CASE("errors: too few units for the lanes, a world that does not divide the
   const DataOrder order = open_data_order({{ds.source()}}, {.lanes = 4, .seed = 1});
   CHECK(contains(error_of([&] { lanes_of(0, 3, order.lanes); }), "a world of 3 ranks does not divide the run's 4 lanes"));
   CHECK(contains(error_of([&] { TokenLanes(order, start_cursors(order, {0})); }), "token lanes read one source of tokens"));
-  CHECK(contains(error_of([&] { DocumentLanes(order, {LaneCursor::start(0, 2)}); }), "has 2 sources, the data order 1"));
+  CHECK(contains(error_of([&] { DocumentLanes(order, {LaneCursor::start(0, 2)}); }), "2 sources, the data order has 1"));
   CHECK(contains(error_of([&] { DocumentLanes(order, {LaneCursor::start(4, 1)}); }), "lane 4 of 4 lanes"));
+  CHECK(contains(error_of([&] { DocumentLanes(order, {LaneCursor::start(1, 1), LaneCursor::start(1, 1)}); }),
+                 "lane 1 given twice among 4 lanes"));
 
   SUBCASE("a cursor past the end of its unit") {
     LaneCursor bad = LaneCursor::start(1, 1);
@@ -554,4 +546,84 @@ TEST_CASE("catalogues: each source kind's units, and the errors of a source that
     CHECK(contains(e, "not a dataset"));
     CHECK(contains(error_of([&] { build_catalog(store, (tmp / "nowhere").string()); }), "no such file or directory"));
   }
+}
+
+// ---- Parquet (test_data_order_parquet) -----------------------------------------------------------
+
+namespace {
+
+const fs::path& pq_dir() { return parquet_files::dir("test_data_order"); }
+
+std::string parquet_doc(int i) { return parquet_files::doc(i); }
+
+}  // namespace
+
+TEST_CASE("parquet: row groups are the units; the same rows for every W, and across a resume") {
+  const std::string lanes = (pq_dir() / "lanes").string();
+  const DataOrder order = order_of({{lanes}}, {.lanes = kLanes, .seed = 21});
+  const Catalog& c = *order.sources[0].catalog;
+  CHECK(c.format == SourceFormat::parquet);
+  REQUIRE(c.files.size() == 2);
+  CHECK(c.units.size() == 16 + 6);  // the empty row group is no unit
+  CHECK(c.items() == 640);
+  check_invariance(order, 16, 90);
+}
+
+TEST_CASE("parquet: a unit reads its row group's documents, nulls passed over, and skips to a row") {
+  io::LocalStore store;
+  const auto c = std::make_shared<const Catalog>(build_catalog(store, (pq_dir() / "lanes").string()));
+  UnitOpener opener(store, c);
+  int next = 0;  // documents 0..639 in catalogue order, every 11th of the first 400 null
+  for (uint64_t u = 0; u < c->units.size(); ++u) {
+    auto unit = opener.documents(u);
+    std::string_view d;
+    uint64_t item = 0;
+    while (unit->next(d, item)) {
+      while (next < 400 && next % 11 == 5) ++next;
+      CHECK(item == static_cast<uint64_t>(next < 400 ? next % 25 : (next - 400) % 40));  // its row
+      CHECK(d == parquet_doc(next));
+      ++next;
+    }
+    CHECK(unit->memory() < 64 * 1024);  // a batch of rows, not the row group
+  }
+  CHECK(next == 640);
+  // Skipped to row 6 of row group 3 of a.parquet: the next document is row 6's (document 81);
+  // then row 7 is null (document 82), and row 8 comes.
+  auto unit = opener.documents(3);
+  unit->skip(6);
+  std::string_view d;
+  uint64_t item = 0;
+  REQUIRE(unit->next(d, item));
+  CHECK(item == 6);
+  CHECK(d == parquet_doc(81));
+  REQUIRE(unit->next(d, item));
+  CHECK(item == 8);
+  CHECK(d == parquet_doc(83));
+  CHECK(contains(error_of([&] { opener.documents(4)->skip(26); }), "a.parquet row group 4: cannot pass over 26 rows"));
+}
+
+TEST_CASE("parquet: a unit's byte range is its column chunk's, as pyarrow reports it; errors name the file") {
+  io::LocalStore store;
+  const Catalog c = build_catalog(store, (pq_dir() / "checksums.parquet").string());
+  REQUIRE(c.units.size() == 3);
+  std::ifstream where(pq_dir() / "checksums.parquet.rg1");
+  uint64_t offset = 0, bytes = 0;
+  where >> offset >> bytes;
+  CHECK(c.units[1].offset == offset);
+  CHECK(c.units[1].bytes == bytes);
+  CHECK(c.describe(c.units[1]) == (pq_dir() / "checksums.parquet").string() + " row group 1");
+  const std::string content = (pq_dir() / "content.parquet").string();
+  CHECK(contains(error_of([&] { build_catalog(store, content); }), content + ": no column \"text\""));
+  CHECK(build_catalog(store, content, {.column = "content"}).items() == 10);
+  // A glob, and a hub snapshot's data/.
+  CHECK(build_catalog(store, (pq_dir() / "lanes" / "*.parquet").string()).files.size() == 2);
+  CHECK(build_catalog(store, (pq_dir() / "hub").string()).items() == 100);
+}
+
+TEST_CASE("parquet: mixed with block shards by weight, the same rows for every W, and across a resume") {
+  test_util::TempDir tmp("data_order");
+  const Dataset text = make_dataset(tmp.path, "text", {.shard_size = 16 << 10, .block_bytes = 1024});
+  const DataOrder order = order_of({{text.source(), 1.0}, {(pq_dir() / "lanes").string(), 1.0}},
+                                   {.lanes = kLanes, .seed = 8});
+  check_invariance(order, 16, 60);
 }

@@ -158,7 +158,9 @@ TEST_CASE("a lane cursor reads back from its text; a bad one is an error naming 
       {"lane=99999999999 draws=0 tokens=0 units=0 items=0", "lane: 99999999999 is too large"},
       {"lane=1 draws=0 tokens=0 units=0 items", "\"items\" is not KEY=VALUE"},
   };
-  for (const auto& [text, why] : bad) {
+  for (const auto& pair : bad) {  // not a structured binding: clang 14 cannot capture one
+    const char* text = pair.first;
+    const char* why = pair.second;
     CAPTURE(text);
     const std::string e = error_of([&] { LaneCursor::parse(text); });
     CHECK(contains(e, std::string("lane cursor \"") + text + "\""));
@@ -274,7 +276,9 @@ TEST_CASE("lane rows: row j is tokens [jT, jT+T]; from the cursor after any row,
       const auto d = all.next(p);
       stream.insert(stream.end(), d.begin(), d.end());
     }
-    const auto [rows, cursors] = rows_from(LaneCursor::start(0, 1), T, 60);
+    const auto from_start = rows_from(LaneCursor::start(0, 1), T, 60);
+    const auto& rows = from_start.first;
+    const auto& cursors = from_start.second;
     for (size_t j = 0; j < rows.size(); ++j)
       CHECK(rows[j] == std::vector<uint16_t>(stream.begin() + j * T, stream.begin() + j * T + T + 1));
     // Resumed from every cursor: the rows that follow.

@@ -872,3 +872,24 @@ TEST_CASE("a shard writer that fails or is abandoned leaves no file behind") {
   CHECK(e.find("x.text.zst") != std::string::npos);
   CHECK(e.find("No such file or directory") != std::string::npos);
 }
+
+TEST_CASE("the fuzz targets' block-shard seeds read to their end, streamed and block by block") {
+  const fs::path corpus = fs::path(PIPELINE_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
+  for (const auto& [dir, kind] : {std::pair{"fuzz_shard_text", ShardKind::text}, std::pair{"fuzz_shard_tokens", ShardKind::tokens}})
+    for (const char* name : {"blocks", "no_blocks"}) {
+      const fs::path p = corpus / dir / name;
+      if (!fs::exists(p)) continue;
+      CAPTURE(p);
+      drain_shard(p, kind);
+      auto file = io::open_local_file(p);
+      const BlockIndex index = read_block_index(*file, kind);
+      BlockDecoder decoder;
+      std::vector<char> payload;
+      uint64_t documents = 0;
+      for (size_t b = 0; b < index.blocks.size(); ++b) {
+        decoder.decode(*file, kind, index.blocks[b], b, payload);
+        documents += index.blocks[b].documents;
+      }
+      CHECK(documents == index.header.documents);
+    }
+}

@@ -44,10 +44,15 @@ DataOrder make_data_order(std::vector<OrderSource> sources, const DataOrderOptio
 }
 
 DataOrder open_data_order(const std::vector<SourceSpec>& specs, const DataOrderOptions& options) {
+  return open_data_order(specs, options, nullptr);
+}
+
+DataOrder open_data_order(const std::vector<SourceSpec>& specs, const DataOrderOptions& options,
+                          std::shared_ptr<io::Store> store) {
   std::vector<OrderSource> sources;
   for (const SourceSpec& spec : specs) {
     OrderSource s;
-    s.store = io::open_store(spec.source, options.store);
+    s.store = store ? store : std::shared_ptr<io::Store>(io::open_store(spec.source, options.store));
     s.catalog = std::make_shared<const Catalog>(build_catalog(*s.store, spec.source,
                                                               {.split = options.split,
                                                                .column = options.column,
@@ -58,6 +63,20 @@ DataOrder open_data_order(const std::vector<SourceSpec>& specs, const DataOrderO
     sources.push_back(std::move(s));
   }
   return make_data_order(std::move(sources), options);
+}
+
+void check_cursors(const DataOrder& order, const std::vector<LaneCursor>& cursors) {
+  std::vector<bool> seen(order.lanes, false);
+  for (const LaneCursor& c : cursors) {
+    if (c.lane >= order.lanes || seen[c.lane])
+      throw DatasetError("lane cursor \"" + c.str() + "\": lane " + std::to_string(c.lane) +
+                         (c.lane >= order.lanes ? " of " : " given twice among ") + std::to_string(order.lanes) +
+                         " lanes");
+    if (c.sources.size() != order.sources.size())
+      throw DatasetError("lane cursor \"" + c.str() + "\": " + std::to_string(c.sources.size()) +
+                         " sources, the data order has " + std::to_string(order.sources.size()));
+    seen[c.lane] = true;
+  }
 }
 
 std::vector<LaneCursor> start_cursors(const DataOrder& order, const std::vector<uint32_t>& lanes) {

@@ -71,10 +71,18 @@ struct DataOrderOptions {
 /// plan. Throws DatasetError naming the source: no sources, a weight that is not positive, a mix
 /// that holds a token source or sources of both kinds, a source with fewer units than lanes.
 DataOrder open_data_order(const std::vector<SourceSpec>& sources, const DataOrderOptions& options);
+/// The same with every source read through `store` (one the caller made: with its options, or
+/// one that counts what it reads).
+DataOrder open_data_order(const std::vector<SourceSpec>& sources, const DataOrderOptions& options,
+                          std::shared_ptr<io::Store> store);
 
 /// The same from catalogues already built (tests, and a caller that builds them itself): each
 /// source's store, catalogue and weight are taken as given, its plan is made here.
 DataOrder make_data_order(std::vector<OrderSource> sources, const DataOrderOptions& options);
+
+/// Throws DatasetError naming the cursor unless its lane is one of the order's K, given once, with
+/// a place in each source (a resumed run's cursors, before its lanes open).
+void check_cursors(const DataOrder& order, const std::vector<LaneCursor>& cursors);
 
 /// Fresh cursors of `lanes` (every source at its lane's first unit).
 std::vector<LaneCursor> start_cursors(const DataOrder& order, const std::vector<uint32_t>& lanes);

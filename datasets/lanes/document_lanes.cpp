@@ -24,20 +24,13 @@ struct DocumentLanes::Impl {
 
 DocumentLanes::DocumentLanes(const DataOrder& order, const std::vector<LaneCursor>& starts)
     : impl_(std::make_unique<Impl>()) {
+  if (order.sources.empty()) throw DatasetError("document lanes: a data order without sources");
   if (order.content != UnitContent::documents)
     throw DatasetError(order.sources.front().catalog->source + ": holds tokens, not documents: read it with token lanes");
   impl_->order = order;
   for (const OrderSource& s : impl_->order.sources) impl_->openers.push_back(std::make_unique<UnitOpener>(*s.store, s.catalog));
-  std::vector<bool> seen(order.lanes, false);
+  check_cursors(order, starts);
   for (const LaneCursor& c : starts) {
-    if (c.lane >= order.lanes || seen[c.lane])
-      throw DatasetError("document lanes: lane " + std::to_string(c.lane) + (c.lane >= order.lanes ? " of " : " twice in ") +
-                         std::to_string(order.lanes) + " lanes");
-    if (c.sources.size() != order.sources.size())
-      throw DatasetError("document lanes: lane " + std::to_string(c.lane) + "'s cursor \"" + c.str() + "\" has " +
-                         std::to_string(c.sources.size()) + " sources, the data order " +
-                         std::to_string(order.sources.size()));
-    seen[c.lane] = true;
     Impl::Lane lane;
     lane.lane = c.lane;
     lane.draws = c.draws;

@@ -20,21 +20,17 @@ struct TokenLanes::Impl {
 };
 
 TokenLanes::TokenLanes(const DataOrder& order, const std::vector<LaneCursor>& starts) : impl_(std::make_unique<Impl>()) {
+  if (order.sources.empty()) throw DatasetError("token lanes: a data order without sources");
   if (order.content != UnitContent::tokens || order.sources.size() != 1)
     throw DatasetError(order.sources.front().catalog->source +
                        ": token lanes read one source of tokens (prepared token shards or llm.c shards)");
   impl_->order = order;
   const OrderSource& source = impl_->order.sources.front();
   impl_->opener = std::make_unique<UnitOpener>(*source.store, source.catalog);
-  std::vector<bool> seen(order.lanes, false);
+  check_cursors(order, starts);
   for (const LaneCursor& c : starts) {
-    if (c.lane >= order.lanes || seen[c.lane])
-      throw DatasetError("token lanes: lane " + std::to_string(c.lane) + (c.lane >= order.lanes ? " of " : " twice in ") +
-                         std::to_string(order.lanes) + " lanes");
-    if (c.sources.size() != 1 || c.draws != 0 || c.tokens != 0)
-      throw DatasetError("token lanes: lane " + std::to_string(c.lane) + "'s cursor \"" + c.str() +
-                         "\" is not a token lane's (one source, no draws or tokens of a document)");
-    seen[c.lane] = true;
+    if (c.draws != 0 || c.tokens != 0)
+      throw DatasetError("lane cursor \"" + c.str() + "\": not a token lane's (it counts draws or tokens of a document)");
     impl_->lanes.push_back({c.lane, SourceWalk<TokenUnit>(impl_->order, 0, c.lane, c.sources[0]), false});
   }
 }

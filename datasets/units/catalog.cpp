@@ -248,6 +248,15 @@ uint64_t Catalog::items() const {
   return n;
 }
 
+std::string Catalog::slow_reading_note() const {
+  if (format != SourceFormat::shards_v1 || units.size() <= files.size()) return "";
+  return source + ": " + std::to_string(files.size()) + " shards of format 1 (one zstd frame each) cut into " +
+         std::to_string(units.size()) +
+         " ranges of documents, one unit each: a lane reaches its range by decompressing the shard from its start, "
+         "which reads each shard about (ranges a shard) / 2 times an epoch. `pipeline prepare` again makes block "
+         "shards, whose units are read on their own";
+}
+
 Catalog build_catalog(io::Store& store, const std::string& given, const CatalogOptions& o) {
   Catalog c;
   c.source = given;

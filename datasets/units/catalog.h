@@ -79,6 +79,10 @@ struct Catalog {
   /// Documents (text) or tokens the catalogue knows the source to hold; kUnknownCount when a unit
   /// does not know.
   uint64_t items() const;
+  /// A line for the run's log when the source reads slowly by lanes (shards of format 1 cut into
+  /// document ranges, each reached by decompressing its shard from the start), saying what to
+  /// do about it; empty otherwise. Say it once a run.
+  std::string slow_reading_note() const;
 };
 
 struct CatalogOptions {

@@ -231,6 +231,26 @@ class ParquetDocuments final : public DocumentUnit {
 // Parquet files kept open by an opener: a unit in one of them reads no footer again.
 constexpr size_t kParquetFilesOpen = 16;
 
+// Unit `index` of a catalogue that must hold `wanted`.
+const Unit& unit_of(const Catalog& c, uint64_t index, UnitContent wanted) {
+  if (c.content != wanted)
+    throw DatasetError(c.source + ": holds " + (wanted == UnitContent::documents ? "tokens" : "documents") + " (" +
+                       source_format_name(c.format) + "), not " +
+                       (wanted == UnitContent::documents ? "documents" : "tokens"));
+  if (index >= c.units.size())
+    throw DatasetError(c.source + ": unit " + std::to_string(index) + " of " + std::to_string(c.units.size()));
+  return c.units[index];
+}
+
+// A block shard's unit: its block read by its byte range and decoded whole.
+std::vector<char> block_payload(io::Store& store, BlockDecoder& decoder, const Catalog& c, const Unit& u, ShardKind kind) {
+  const auto file = store.open(c.files[u.file].object);
+  std::vector<char> payload;
+  const uint64_t items = kind == ShardKind::text ? u.text_bytes : u.items;
+  decoder.decode(*file, kind, {u.offset, u.bytes, u.documents, items}, u.place, payload);
+  return payload;
+}
+
 }  // namespace
 
 struct UnitOpener::Shared {
@@ -244,17 +264,11 @@ UnitOpener::~UnitOpener() = default;
 
 std::unique_ptr<DocumentUnit> UnitOpener::documents(uint64_t index) {
   const Catalog& c = *catalog_;
-  if (c.content != UnitContent::documents)
-    throw DatasetError(c.source + ": holds tokens (" + source_format_name(c.format) + "), not documents");
-  const Unit& u = c.units.at(index);
+  const Unit& u = unit_of(c, index, UnitContent::documents);
   const io::ObjectInfo& info = c.files[u.file].object;
   switch (c.format) {
-    case SourceFormat::shards_v2: {
-      auto file = store_.open(info);
-      std::vector<char> payload;
-      shared_->decoder.decode(*file, ShardKind::text, {u.offset, u.bytes, u.documents, u.text_bytes}, u.place, payload);
-      return std::make_unique<BlockDocuments>(std::move(payload), c, u);
-    }
+    case SourceFormat::shards_v2:
+      return std::make_unique<BlockDocuments>(block_payload(store_, shared_->decoder, c, u, ShardKind::text), c, u);
     case SourceFormat::shards_v1:
       return std::make_unique<StreamDocuments>(store_.open(info), c, u);
     case SourceFormat::parquet: {
@@ -277,17 +291,11 @@ std::unique_ptr<DocumentUnit> UnitOpener::documents(uint64_t index) {
 
 std::unique_ptr<TokenUnit> UnitOpener::tokens(uint64_t index) {
   const Catalog& c = *catalog_;
-  if (c.content != UnitContent::tokens)
-    throw DatasetError(c.source + ": holds documents (" + source_format_name(c.format) + "), not tokens");
-  const Unit& u = c.units.at(index);
+  const Unit& u = unit_of(c, index, UnitContent::tokens);
   const io::ObjectInfo& info = c.files[u.file].object;
   switch (c.format) {
-    case SourceFormat::shards_v2: {
-      auto file = store_.open(info);
-      std::vector<char> payload;
-      shared_->decoder.decode(*file, ShardKind::tokens, {u.offset, u.bytes, u.documents, u.items}, u.place, payload);
-      return std::make_unique<BlockTokens>(std::move(payload), c, u);
-    }
+    case SourceFormat::shards_v2:
+      return std::make_unique<BlockTokens>(block_payload(store_, shared_->decoder, c, u, ShardKind::tokens), c, u);
     case SourceFormat::shards_v1:
       return std::make_unique<StreamTokens>(store_.open(info), c, u);
     case SourceFormat::llmc:
