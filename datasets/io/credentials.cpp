@@ -108,14 +108,6 @@ std::string check_endpoint(std::string endpoint, const std::string& from) {
 
 }  // namespace
 
-EnvLookup process_env() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 std::string S3Access::describe() const {
   std::string out = "endpoint " + endpoint + " (" + endpoint_from + "), " + (path_style ? "path-style" : "virtual-hosted") +
                     ", region " + region + " (" + region_from + "), ";

@@ -30,7 +30,7 @@ class Secret {
   std::string value_;
 };
 
-/// Environment lookups: the process's, or a map in tests.
+/// Environment lookups: the process's (local_store.cpp, beside open_store), or a map in tests.
 using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 EnvLookup process_env();
 

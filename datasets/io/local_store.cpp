@@ -6,13 +6,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 
 #include "datasets/dataset_error.h"
-#include "datasets/io/remote_store.h"
+#include "datasets/io/remote_module.h"
 #include "datasets/io/store.h"
-#include "datasets/io/url.h"
 
 namespace pipeline::datasets::io {
 namespace fs = std::filesystem;
@@ -112,6 +112,14 @@ std::unique_ptr<RangeFile> LocalStore::open(const ObjectInfo& info) {
   return file;
 }
 
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
 bool is_remote_source(const std::string& source) {
   const size_t colon = source.find("://");
   if (colon == std::string::npos || colon == 0) return false;
@@ -122,11 +130,7 @@ bool is_remote_source(const std::string& source) {
 
 std::unique_ptr<Store> open_store(const std::string& source, const StoreOptions& options) {
   if (!is_remote_source(source)) return std::make_unique<LocalStore>();
-  HubEndpoint hub;
-  if (auto e = options.env("HF_ENDPOINT"); e && !e->empty()) hub.url = *e;
-  const RemoteUrl url = parse_remote_url(source, hub);
-  if (url.scheme == "s3") return open_s3_store(url, options);
-  return open_http_store(url, options, hub);
+  return remote_module(source).open_store(source, options);
 }
 
 }  // namespace pipeline::datasets::io

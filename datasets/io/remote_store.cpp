@@ -240,4 +240,12 @@ void RemoteStore::set_fetch_limits(int connections, int prefetch) {
   if (fetcher_) fetcher_->set_limits(connections, prefetch);
 }
 
+std::unique_ptr<Store> open_remote_store(const std::string& source, const StoreOptions& options) {
+  HubEndpoint hub;
+  if (auto e = options.env("HF_ENDPOINT"); e && !e->empty()) hub.url = *e;
+  const RemoteUrl url = parse_remote_url(source, hub);
+  if (url.scheme == "s3") return open_s3_store(url, options);
+  return open_http_store(url, options, hub);
+}
+
 }  // namespace pipeline::datasets::io

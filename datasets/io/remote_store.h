@@ -70,6 +70,10 @@ class RemoteStore : public Store {
   std::unique_ptr<Fetcher> fetcher_;  // made at the first open or plan: `pipeline check` makes no cache
 };
 
+/// The store of a remote source: S3 for s3://, HTTPS for https:// and hf:// (through HF_ENDPOINT),
+/// http:// with allow_http (remote_module.h hands it to open_store).
+std::unique_ptr<Store> open_remote_store(const std::string& source, const StoreOptions& options);
+
 /// s3://BUCKET/PREFIX through S3's REST API (ListObjectsV2; HEAD; GET with a range), signed.
 std::unique_ptr<Store> open_s3_store(const RemoteUrl& url, const StoreOptions& options);
 /// https:// (and http://) files: no listing; names from a manifest, a list file or a brace pattern.

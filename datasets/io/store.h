@@ -2,7 +2,8 @@
 // files, and a RangeFile reads one file's bytes at offsets. Everything that decodes data (shards,
 // llm.c shards, Parquet) reads through these, so a remote source reads like a local one: a remote
 // store's files read through its cache (cache.h), which its fetch threads fill ahead of the lanes
-// in the order of the plan (prefetch; the remote stores are in remote_store.h, docs/remote.md).
+// in the order of the plan (prefetch; the remote stores are in remote_store.h, built as a module
+// loaded at the first remote source: remote_module.h; docs/remote.md).
 //
 // Example:
 //   auto store = io::open_store("datasets/data/tinyshakespeare/tokens");
