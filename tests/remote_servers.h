@@ -29,6 +29,13 @@
 
 #include "test_util.h"
 
+/// Inside a doctest case: skips the rest of it, saying why, when `server` could not start here.
+#define SKIP_UNLESS(server)                   \
+  if (!(server).missing.empty()) {            \
+    MESSAGE("skipped: " << (server).missing); \
+    return;                                   \
+  }
+
 namespace remote_test {
 namespace fs = std::filesystem;
 

@@ -104,6 +104,13 @@ io::StoreOptions s3_options(const std::string& endpoint, const fs::path& cache, 
   return o;
 }
 
+// A store of bucket "data" reached through `proxy` (in front of rclone), trying again for `retry_for_s`.
+std::unique_ptr<io::Store> proxied_store(const remote_test::FaultProxy& proxy, const fs::path& cache, double retry_for_s) {
+  auto o = s3_options("http://127.0.0.1:" + std::to_string(proxy.port()), cache);
+  o.retry_for_s = retry_for_s;
+  return io::open_store("s3://data/set", o);
+}
+
 io::StoreOptions https_options(const fs::path& cache) {
   io::StoreOptions o;
   o.cache_dir = cache;
@@ -111,12 +118,6 @@ io::StoreOptions https_options(const fs::path& cache) {
   o.env = env_with({{"SSL_CERT_FILE", nginx().ca_file.string()}});
   return o;
 }
-
-#define SKIP_UNLESS(server)                          \
-  if (!(server).missing.empty()) {                   \
-    MESSAGE("skipped: " << (server).missing);        \
-    return;                                          \
-  }
 
 }  // namespace
 
@@ -391,9 +392,7 @@ TEST_CASE("faults: resets mid-body, 503 bursts and an outage cost retries, never
   SKIP_UNLESS(rclone());
   TempDir cache("cache");
   remote_test::FaultProxy proxy(rclone().port);
-  auto o = s3_options("http://127.0.0.1:" + std::to_string(proxy.port()), cache.path);
-  o.retry_for_s = 60;
-  auto store = io::open_store("s3://data/set", o);
+  auto store = proxied_store(proxy, cache.path, 60);
   const auto a = store->stat("s3://data/set/a.bin");
   proxy.cut_all();
   proxy.reset_next = 3;
@@ -416,9 +415,7 @@ TEST_CASE("a fault that outlasts retry_for stops with the URL, the status and th
   SKIP_UNLESS(rclone());
   TempDir cache("cache");
   remote_test::FaultProxy proxy(rclone().port);
-  auto o = s3_options("http://127.0.0.1:" + std::to_string(proxy.port()), cache.path);
-  o.retry_for_s = 2;
-  auto store = io::open_store("s3://data/set", o);
+  auto store = proxied_store(proxy, cache.path, 2);
   const auto a = store->stat("s3://data/set/a.bin");
   proxy.cut_all();
   proxy.fail_next_503 = 1000;

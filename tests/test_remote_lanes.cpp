@@ -108,6 +108,23 @@ io::StoreOptions s3_store(const std::string& endpoint, const fs::path& cache) {
   return o;
 }
 
+io::StoreOptions https_store(const fs::path& cache) {
+  io::StoreOptions o;
+  o.cache_dir = cache;
+  o.env = test_util::env_of({{"HOME", served().dir.path.string()}, {"SSL_CERT_FILE", nginx().ca_file.string()}});
+  return o;
+}
+
+// Bytes of lane `lane`'s units from its n-th on, to its last (the orders here do not loop).
+uint64_t lane_bytes(const OrderSource& s, uint32_t lane, uint64_t from = 0) {
+  uint64_t bytes = 0;
+  for (uint64_t n = from;; ++n) {
+    const auto p = s.plan.lane_unit(lane, n);
+    if (!p) return bytes;
+    bytes += s.catalog->units[p->unit].bytes;
+  }
+}
+
 // Every lane's documents, in order, as the lanes of one rank read them (all lanes: one rank).
 std::map<uint32_t, std::vector<std::string>> documents(DataOrder& order, const std::vector<LaneCursor>& cursors,
                                                        size_t per_lane) {
@@ -148,12 +165,6 @@ DataOrderOptions order_options(const io::StoreOptions& store = {}) {
   return o;
 }
 
-#define SKIP_UNLESS(server)                   \
-  if (!(server).missing.empty()) {            \
-    MESSAGE("skipped: " << (server).missing); \
-    return;                                   \
-  }
-
 }  // namespace
 
 TEST_CASE("block shards through S3 and HTTPS: every lane reads the local copy's documents, from the cache") {
@@ -175,10 +186,7 @@ TEST_CASE("block shards through S3 and HTTPS: every lane reads the local copy's 
   CHECK(f.hit_bytes >= unit_bytes * 3 / 4);  // most blocks came from the cache; the manifest and index on demand
   CHECK(f.cache_high_water <= f.cache_cap + 4096);  // the cap, and never more than a unit over
   SKIP_UNLESS(nginx());
-  io::StoreOptions h;
-  h.cache_dir = cache.path;
-  h.env = test_util::env_of({{"HOME", served().dir.path.string()}, {"SSL_CERT_FILE", nginx().ca_file.string()}});
-  DataOrder https = open_data_order({{nginx().base() + "/lanes/blocks/"}}, order_options(h));
+  DataOrder https = open_data_order({{nginx().base() + "/lanes/blocks/"}}, order_options(https_store(cache.path)));
   CHECK(documents(https, start_cursors(https, all), 1000) == want);
 }
 
@@ -208,10 +216,8 @@ TEST_CASE("Parquet through S3 and HTTPS (a brace pattern of the Hub's kind): eve
   CHECK(documents(s3, start_cursors(s3, all), 1000) == want);
   CHECK(s3.sources[0].store->fetch_stats().hit_bytes > 0);
   SKIP_UNLESS(nginx());
-  io::StoreOptions h;
-  h.cache_dir = cache.path;
-  h.env = test_util::env_of({{"HOME", served().dir.path.string()}, {"SSL_CERT_FILE", nginx().ca_file.string()}});
-  DataOrder https = open_data_order({{nginx().base() + "/redirect/lanes/pq/data/part_{0..2}.parquet"}}, order_options(h));
+  DataOrder https = open_data_order({{nginx().base() + "/redirect/lanes/pq/data/part_{0..2}.parquet"}},
+                                    order_options(https_store(cache.path)));
   CHECK(documents(https, start_cursors(https, all), 1000) == want);
 }
 
@@ -230,12 +236,7 @@ TEST_CASE("two ranks fetch only their own lanes' units") {
     CHECK(got == want);
     // The bytes of this rank's units, each lane's whole share of the epoch.
     uint64_t own = 0;
-    for (uint32_t lane : mine)
-      for (uint64_t n = 0;; ++n) {
-        const auto p = s3.sources[0].plan.lane_unit(lane, n);
-        if (!p) break;
-        own += s3.sources[0].catalog->units[p->unit].bytes;
-      }
+    for (uint32_t lane : mine) own += lane_bytes(s3.sources[0], lane);
     const io::FetchStats f = s3.sources[0].store->fetch_stats();
     const uint64_t units_bytes = f.hit_bytes;  // what the lanes read of the units, from the cache
     MESSAGE("rank " << rank << ": own units " << own << " B of " << total << " B; hits " << f.hit_bytes << " B, downloaded "
@@ -265,12 +266,7 @@ TEST_CASE("a lane resumed in the middle of a unit reads on as before, fetching a
   const std::vector<std::string> rest(whole.at(1).begin() + static_cast<std::ptrdiff_t>(before + skip), whole.at(1).end());
   CHECK(resumed.at(1) == rest);
   // What was fetched: lane 1's units from its cursor's on, nothing before it.
-  uint64_t from_cursor = 0;
-  for (uint64_t k = n;; ++k) {
-    const auto p = s3.sources[0].plan.lane_unit(1, k);
-    if (!p) break;
-    from_cursor += s3.sources[0].catalog->units[p->unit].bytes;
-  }
+  const uint64_t from_cursor = lane_bytes(s3.sources[0], 1, n);
   const io::FetchStats f = s3.sources[0].store->fetch_stats();
   CHECK(f.hit_bytes <= from_cursor);
   CHECK(f.units <= s3.sources[0].plan.lane_units_per_epoch(1) - n);
