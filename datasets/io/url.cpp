@@ -100,6 +100,7 @@ RemoteUrl RemoteUrl::sibling(std::string_view name) const {
     if (other.scheme != scheme || lower(other.host) != lower(host))
       throw DatasetError(redact_urls(name) + ": a file of " + redacted() + " must be on the same server (" + scheme +
                          "://" + host + ")");
+    other.host = host;  // host names are case-blind: the list's spelling, so that the store knows it
     return other;
   }
   if (name.empty()) throw DatasetError(redacted() + ": an empty file name");
@@ -167,6 +168,13 @@ RemoteUrl parse_remote_url(std::string_view text, const HubEndpoint& hub) {
 }
 
 std::string redact_urls(std::string_view text) {
+  // Each URL: its user:password@ dropped, and everything from its '?' or '#' on (a query string, a
+  // fragment: either may carry a token) printed as "?<redacted>" (a fragment alone goes). Printing
+  // what was printed already gives the same text.
+  auto url_char = [](char c) {
+    return static_cast<unsigned char>(c) > ' ' && c != '"' && c != '\'' && c != '<' && c != '>' && c != '`' &&
+           static_cast<unsigned char>(c) < 0x7f;
+  };
   std::string out;
   size_t i = 0;
   while (i < text.size()) {
@@ -175,24 +183,20 @@ std::string redact_urls(std::string_view text) {
     size_t start = mark;
     while (start > i && scheme_char(text[start - 1])) --start;
     size_t end = mark + 3;
-    auto url_char = [](char c) {
-      return static_cast<unsigned char>(c) > ' ' && c != '"' && c != '\'' && c != '<' && c != '>' && c != '`' &&
-             static_cast<unsigned char>(c) < 0x7f;
-    };
     while (end < text.size() && url_char(text[end])) ++end;
+    if (end > 0 && text[end - 1] == '?' && text.substr(end, kRedacted.size()) == kRedacted) end += kRedacted.size();
     out.append(text.substr(i, start - i));
-    std::string_view url = text.substr(start, end - start);
+    const std::string_view url = text.substr(start, end - start);
     const size_t auth_begin = mark + 3 - start;
     size_t auth_end = url.find_first_of("/?#", auth_begin);
     if (auth_end == std::string_view::npos) auth_end = url.size();
     const size_t at = url.substr(0, auth_end).rfind('@');
-    std::string cleaned(url.substr(0, auth_begin));
-    cleaned += at != std::string_view::npos && at >= auth_begin ? url.substr(at + 1) : url.substr(auth_begin);
-    if (const size_t q = cleaned.find('?'); q != std::string::npos) {
-      const size_t frag = cleaned.find('#', q);
-      cleaned = cleaned.substr(0, q + 1) + std::string(kRedacted) + (frag == std::string::npos ? "" : cleaned.substr(frag));
-    }
-    out += cleaned;
+    const size_t host_begin = at != std::string_view::npos && at >= auth_begin ? at + 1 : auth_begin;
+    const std::string_view rest = url.substr(host_begin);
+    const size_t cut = rest.find_first_of("?#");
+    out.append(url.substr(0, auth_begin));
+    out.append(rest.substr(0, cut));
+    if (cut != std::string_view::npos && rest[cut] == '?') out += "?" + std::string(kRedacted);
     i = end;
   }
   out.append(text.substr(i));
