@@ -159,3 +159,5 @@ put("fuzz_list_file", "names", "# the files\nset/a.bin\n\n  other/c.bin  \r\nhtt
 put("fuzz_aws_files", "both", "[default]\naws_access_key_id = AKID\naws_secret_access_key = S\n; c\n"
     "[profile dev]\nregion = eu-west-3\nendpoint_url = http://127.0.0.1:9000\n[dev]\naws_access_key_id=A\n"
     "aws_secret_access_key=B\naws_session_token=" + "T" * 300 + "\n")
+put("fuzz_list_file", "host_case", "https://daTa.example:8443/x/d.bin\nother/e.bin\n")
+put("fuzz_url", "nested", "ht\xff://cdn.?xa#ple:ail/d/f_{003..003}.{000..33://my0}.parquet?Xoa/u:pw@ph")
