@@ -157,7 +157,7 @@ std::shared_ptr<UnitCache::Entry> UnitCache::find(const UnitKey& key) {
     }
     return nullptr;
   }
-  return std::shared_ptr<Entry>(new Entry(this, path, fd, key.length), [this](Entry* e) { release(e); });
+  return std::shared_ptr<Entry>(new Entry(path, fd, key.length), [this](Entry* e) { release(e); });
 }
 
 std::shared_ptr<UnitCache::Entry> UnitCache::get(const UnitKey& key, const std::function<void(int fd)>& download,
@@ -230,7 +230,7 @@ std::shared_ptr<UnitCache::Entry> UnitCache::get(const UnitKey& key, const std::
     }
     done();
     if (downloaded) *downloaded = true;
-    return std::shared_ptr<Entry>(new Entry(this, path, fd, key.length), [this](Entry* e) { release(e); });
+    return std::shared_ptr<Entry>(new Entry(path, fd, key.length), [this](Entry* e) { release(e); });
   }
 }
 

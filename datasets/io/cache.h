@@ -61,9 +61,7 @@ class UnitCache {
 
    private:
     friend class UnitCache;
-    Entry(UnitCache* cache, std::filesystem::path path, int fd, uint64_t size)
-        : cache_(cache), path_(std::move(path)), fd_(fd), size_(size) {}
-    UnitCache* cache_;
+    Entry(std::filesystem::path path, int fd, uint64_t size) : path_(std::move(path)), fd_(fd), size_(size) {}
     std::filesystem::path path_;
     int fd_;
     uint64_t size_;
