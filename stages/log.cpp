@@ -81,6 +81,8 @@ class Log : public graph::Stage {
                   static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
                   elapsed);
     std::string metric = json;
+    // The hash of the step's set of rows (docs/data_order.md): two runs of one data order print the same.
+    metric += ",\"windows\":\"" + windows_hex(step_windows(r)) + "\"";
     if (std::isfinite(mfu)) {
       std::snprintf(json, sizeof json, ",\"mfu\":%.5f", mfu);
       metric += json;

@@ -49,6 +49,12 @@ struct DataSection {
   std::string profile;                // S3: the AWS profile ("" : AWS_PROFILE, or "default")
   bool allow_http = false;            // http:// sources and S3 endpoints
   std::filesystem::path cache_dir;    // "" : the platform's cache directory (datasets/io/cache.h)
+  /// lanes: K lanes, each its own units in the seed's order, rank r serving lanes r, r+W, ...: the
+  /// same rows every step whatever the number of ranks (docs/data_order.md). documents: rank r
+  /// keeps documents d with d % W == r and cuts one window of B*T+1 tokens a micro-batch (the order
+  /// of every run before lanes, which their checkpoints keep).
+  std::string order = "lanes";
+  int64_t lanes = 0;                  // K (0: auto, the datasets layer's rule)
 };
 
 struct TrainingSection {

@@ -426,7 +426,7 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
   // random tokens would keep it near ln 50257 whatever the weights do, and a graph that never
   // updated them would pass.)
   auto gen = at::detail::createCPUGenerator(5);
-  const auto window = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);  // (B*T+1)
+  const auto rows = torch::randint(cfg.vocab_size, {B, T + 1}, gen, torch::kLong).to(kCuda);  // (B, T+1)
   auto run = [&](bool graphs) {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
     m::GPT model(cfg, 21);
@@ -437,10 +437,10 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
     for (int64_t s = 0; s < steps; ++s) {
       torch::Tensor loss;
       if (captured) {
-        captured->micro_batch(window, 0);
+        captured->micro_batch(rows, 0);
         loss = captured->update(lr).first;
       } else {
-        auto xx = window.narrow(0, 0, B * T).view({B, T}), yy = window.narrow(0, 1, B * T).view({B, T});
+        auto xx = rows.narrow(1, 0, T).contiguous(), yy = rows.narrow(1, 1, T).contiguous();
         {
           m::AutocastGuard autocast(torch::kCUDA);
           loss = model->loss(model(xx), yy);
@@ -488,14 +488,14 @@ TEST_CASE("CUDA graph capture survives other threads' CUDA calls (thread-local c
       calls.fetch_add(1);
     }
   });
-  auto window = torch::randint(cfg.vocab_size, {B * T + 1}, torch::kLong).to(kCuda);
+  auto rows = torch::randint(cfg.vocab_size, {B, T + 1}, torch::kLong).to(kCuda);  // (B, T+1)
   {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
     m::GPT model(cfg, 3);
     model->to(kCuda);
     m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 1e-3});
     for (int s = 0; s < 3; ++s) {  // the eager warm-up steps
-      auto loss = model->loss(model(window.narrow(0, 0, B * T).view({B, T})), window.narrow(0, 1, B * T).view({B, T}));
+      auto loss = model->loss(model(rows.narrow(1, 0, T).contiguous()), rows.narrow(1, 1, T).contiguous());
       loss.backward();
       opt.step();
       opt.zero_grad();
@@ -503,7 +503,7 @@ TEST_CASE("CUDA graph capture survives other threads' CUDA calls (thread-local c
     while (calls.load() < 10) std::this_thread::yield();  // the other thread is in its loop
     for (int attempt = 0; attempt < 5; ++attempt) {  // a fresh capture each time
       m::CapturedStep captured(model, opt, m::CapturedStepOptions{B, T, 1, 1.0, false});
-      CHECK_NOTHROW(captured.micro_batch(window, 0));
+      CHECK_NOTHROW(captured.micro_batch(rows, 0));
       CHECK_NOTHROW(captured.update(1e-3));
       CHECK(std::isfinite(captured.update(1e-3).first.item<float>()));
       for (auto& p : model->parameters()) p.mutable_grad().reset();  // the next capture starts afresh

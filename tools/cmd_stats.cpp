@@ -1,5 +1,6 @@
 // `pipeline stats RUN_DIR`: the summary table and bottleneck verdict of a finished or running
-// run (from its stats files), its evaluations (metrics.jsonl), plus a chart written as SVG (the
+// run (from its stats files), its evaluations and the hashes of its steps' rows (metrics.jsonl),
+// plus a chart written as SVG (the
 // graph at its steady state above each edge's occupancy over time) and, with --html, the live
 // page standing alone for the run.
 #include <cstdio>
@@ -57,6 +58,32 @@ void print_evaluations(std::ostream& os, const std::filesystem::path& dir, size_
   for (size_t i = rows.size() > most ? rows.size() - most : 0; i < rows.size(); ++i) os << rows[i] << "\n";
 }
 
+// The hashes of the steps' rows ("windows" in metrics.jsonl, docs/data_order.md): how many steps
+// have one, and the first and the last, so that two runs of one data order can be told apart or
+// alike at a glance; nothing for a run written before them.
+void print_windows(std::ostream& os, const std::filesystem::path& dir) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::string first, last;
+  size_t steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"windows\"") == std::string::npos) continue;
+    pipeline::JsonValue v;
+    try {
+      v = pipeline::json_parse(line);
+    } catch (const pipeline::JsonParseError&) {
+      continue;  // a line cut short by a crash
+    }
+    const auto* w = v.find("windows");
+    if (!w) continue;
+    last = "step " + std::to_string(static_cast<long long>(v.number("step"))) + " " + w->text;
+    if (first.empty()) first = last;
+    ++steps;
+  }
+  if (steps == 0) return;
+  os << "\ndata: the rows of " << steps << " steps hashed (\"windows\" in metrics.jsonl): " << first
+     << (steps > 1 ? ", ..., " + last : "") << "\n";
+}
+
 // "gpt2-20261122-120000" for "runs/gpt2-20261122-120000/".
 std::string run_name(const std::string& dir) {
   auto p = std::filesystem::absolute(dir).lexically_normal();
@@ -90,6 +117,7 @@ int stats_main(const std::vector<std::string>& args) {
   graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
                        s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
   print_evaluations(std::cout, dir);
+  print_windows(std::cout, dir);
   auto series = graph::load_run_series(dir);
   auto events = graph::load_run_events(dir);
   if (!events.empty()) {

@@ -161,3 +161,25 @@ put("fuzz_aws_files", "both", "[default]\naws_access_key_id = AKID\naws_secret_a
     "aws_secret_access_key=B\naws_session_token=" + "T" * 300 + "\n")
 put("fuzz_list_file", "host_case", "https://daTa.example:8443/x/d.bin\nother/e.bin\n")
 put("fuzz_url", "nested", "ht\xff://cdn.?xa#ple:ail/d/f_{003..003}.{000..33://my0}.parquet?Xoa/u:pw@ph")
+# The Slurm variables a rank reads (fuzz_slurm_env: the host list, then NUL-separated: tasks per
+# node, reserved ports, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURMD_NODENAME, SLURM_NODEID,
+# SLURM_JOB_ID), from tests/test_launch_env.cpp.
+def slurm(*fields):
+    return "\0".join(fields)
+
+
+put("fuzz_slurm_env", "two_groups", slurm("n[1-3,7],gpu-a[01-02]", "2(x3),1", "20001-20002", "2", "3", "0", "n7", "3", "1234567"))
+put("fuzz_slurm_env", "nested", slurm("rack[0-1]_blade[08-10]", "1(x6)", "", "5", "6", "0", "rack1_blade10", "5", "42"))
+put("fuzz_slurm_env", "suffix", slurm("n[1-2]-ib,,m[5],", "2,1,1", "20001,20005-20006", "1", "4", "1", "n1-ib", "0", "9"))
+put("fuzz_slurm_env", "loopback", slurm("127.0.0.[1-2]", "1(x2)", "22201-22202", "0", "2", "0", "127.0.0.2", "1", "5190"))
+put("fuzz_slurm_env", "padding", slurm("n[009-011],a[1-2]b[3-4]", "1(x7)", "70000", "7", "7", "0", "n010"))
+put("fuzz_slurm_env", "malformed", slurm("n[1-[2]],n[3-1],n1]", "2(x", "x-y", "two", "-1"))
+
+# HellaSwag lines (fuzz_hellaswag), from tests/test_hellaswag.cpp.
+put("fuzz_hellaswag", "good", '{"ctx": "A man is sitting on a roof. he", "endings": ["is using wrap.", "is ripping tiles '
+    'off.", "is holding a cube.", "starts pulling up roofing."], "label": 3, "ind": 24}\n\n'
+    '{"ctx": "Clean and jerk: the lady", "endings": ["a", "b", "c", "d"], "label": "1"}\n')
+put("fuzz_hellaswag", "long_ending", '{"ctx": "c", "endings": ["' + " ".join(["word"] * 70) + '", "b", "c", "d"], '
+    '"label": 0}\r\n')
+put("fuzz_hellaswag", "malformed", '{"ctx": "c", "endings": ["a", "b", "c", "d"], "label": 0}\n'
+    '{"ctx": "c", "endings": ["a", "b", "c", 4], "label": 0}\n[1, 2]\n{"ctx": "", "label": 4}\n')
