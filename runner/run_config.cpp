@@ -8,6 +8,7 @@
 #include "datasets/io/url.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_reader.h"
+#include "datasets/sources/dataset_mix.h"
 
 namespace pipeline::stages {
 
@@ -218,18 +219,10 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                 "Hub), or put them in ~/.aws/credentials and name the profile with [data] profile");
   auto d = sec("data");
   const std::string dataset_text = d.get_string("dataset");
-  if (datasets::io::is_remote_source(dataset_text)) {
-    // Resolved here as text only: `pipeline check` touches no network (the reader lists it).
-    try {
-      const auto url = datasets::io::parse_remote_url(dataset_text);
-      if (url.scheme == "http" && !d.get_bool("allow_http"))
-        throw datasets::DatasetError(url.redacted() + ": plain HTTP, without TLS: set [data] allow_http = true to read it");
-      if (!url.query.empty())
-        throw datasets::DatasetError(url.redacted() + ": a query string in a source's URL is a credential, and the "
-                                     "config is copied into the run directory: use HF_TOKEN, ~/.netrc or an s3:// URL");
-    } catch (const datasets::DatasetError& e) {
-      throw d.error("dataset", e.what());
-    }
+  try {
+    check_source_text(dataset_text, d.get_bool("allow_http"));
+  } catch (const datasets::DatasetError& e) {
+    throw d.error("dataset", e.what());
   }
   fs::path ds = datasets::io::is_remote_source(dataset_text)
                     ? fs::path(dataset_text)
@@ -291,6 +284,31 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
     }
   }
   return rc;
+}
+
+void check_source_text(const std::string& source, bool allow_http) {
+  if (!datasets::io::is_remote_source(source)) return;
+  // Resolved here as text only: `pipeline check` touches no network (the reader lists it).
+  const auto url = datasets::io::parse_remote_url(source);
+  if (url.scheme == "http" && !allow_http)
+    throw datasets::DatasetError(url.redacted() + ": plain HTTP, without TLS: set [data] allow_http = true to read it");
+  if (!url.query.empty())
+    throw datasets::DatasetError(url.redacted() + ": a query string in a source's URL is a credential, and the "
+                                 "config is copied into the run directory: use HF_TOKEN, ~/.netrc or an s3:// URL");
+}
+
+std::vector<RunSource> run_sources(const RunConfig& rc, const graph::GraphSpec& spec) {
+  std::vector<RunSource> out{{"[data] dataset", rc.data.dataset.string()}};
+  for (const auto& st : spec.stages) {
+    if (!st.resolved) continue;
+    const config::Section& o = *st.resolved;
+    if (o.has("dataset") && !o.get_string("dataset").empty())
+      out.push_back({"[stages." + st.name + "] dataset", o.get_string("dataset")});
+    if (o.has("mix"))
+      for (const auto& e : o.get_string_list("mix"))
+        out.push_back({"[stages." + st.name + "] mix", datasets::split_mix_entry(e, "[stages." + st.name + "] mix").first});
+  }
+  return out;
 }
 
 datasets::io::StoreOptions store_options_of(const RunConfig& rc, const graph::GraphSpec& spec) {

@@ -20,6 +20,8 @@
 #include "base/nvtx.h"
 
 #include "datasets/eval/hellaswag.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "datasets/sources/dataset_manifest.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/sources/split_tokens.h"
@@ -46,7 +48,9 @@ class Eval : public graph::Stage {
     if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
     const std::string& own = ctx.options.get_string("dataset");
     if (rc_.cfg.eval.every > 0)
-      load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
+      load_validation(own.empty()                             ? rc_.cfg.data.dataset
+                      : datasets::io::is_remote_source(own) ? std::filesystem::path(own)
+                                                              : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
                       !own.empty(), ctx.name);
     // HellaSwag's items are read, tokenized and checked against the model's context now, while
     // the graph is built: a bad file stops the run before it trains.
@@ -226,21 +230,31 @@ class Eval : public graph::Stage {
   void load_validation(const std::filesystem::path& source, bool own, const std::string& name) {
     const auto& cfg = rc_.cfg;
     const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
-    if (datasets::is_parquet_source(source)) {
-      if (!own)
-        throw std::runtime_error(source.string() + ": Parquet has no validation split: set [stages." + name +
-                                 "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
-                                 "evaluation off with [eval] every = 0");
+    const auto parquet_needs_own = [&] {
+      return std::runtime_error(datasets::io::redact_urls(source.string()) + ": Parquet has no validation split: set [stages." + name +
+                                "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
+                                "evaluation off with [eval] every = 0");
+    };
+    // A local source's manifest is checked first; a remote source's catalogue checks it as it opens
+    // (a missing split is an error naming the source and split), without a second request.
+    if (datasets::io::is_remote_source(source.string())) {
+      // checked by SplitTokens::open
+    } else if (datasets::is_parquet_source(source)) {
+      if (!own) throw parquet_needs_own();
     } else if (auto manifest = datasets::load_dataset_manifest(source); !manifest.splits.count(cfg.data.val_split)) {
       throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
                                "' for evaluation ([data] val_split)");
     } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
       throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
     }
-    const auto ids = datasets::read_split_tokens(source, cfg.data.val_split, cfg.eval.batches * B * T + 1);
+    datasets::SplitTokens split;
+    split.open(source, cfg.data.val_split, rc_.store_options);
+    if (split.whole_source() && !own) throw parquet_needs_own();
+    std::vector<uint16_t> ids(static_cast<size_t>(cfg.eval.batches * B * T + 1));
+    ids.resize(split.read(ids));
     n_batches_ = std::min<int64_t>(cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
     if (n_batches_ < 1)
-      throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
+      throw std::runtime_error(datasets::io::redact_urls(source.string()) + ": the '" + cfg.data.val_split + "' split has " +
                                std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
                                std::to_string(B * T + 1) + ")" + kTooSmall);
     val_ = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);  // (N)

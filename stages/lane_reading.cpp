@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "datasets/io/url.h"
+#include "datasets/lanes/fetch_plan.h"
+
 namespace pipeline::stages {
 
 LaneReader::LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& sources, const LaneReadOptions& options,
@@ -17,6 +20,7 @@ LaneReader::LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& 
   o.split = options.split;
   o.column = options.column;
   o.llmc_unit_tokens = options.llmc_unit_tokens;
+  o.store = rc.store_options;  // remote sources: [data] endpoint, ..., [stages.fetch] (docs/remote.md)
   order_ = datasets::open_data_order(sources, o);
   if (order_.content != content) {
     const bool text = content == datasets::UnitContent::documents;
@@ -29,6 +33,13 @@ LaneReader::LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& 
     if (const auto note = src.catalog->slow_reading_note(); !note.empty() && rc.writer()) rc.log->print(stage + ": " + note);
   if (session_.start.empty()) session_.start = datasets::start_cursors(order_, session_.mine);  // a fresh run
   session_.content = order_.content;
+  // Remote sources: the fetch stage reports on their stores, which fetch this rank's lanes' units
+  // ahead in the order they will be read, from where the lanes start (a checkpoint's cursors after
+  // a resume); the lanes let each unit go when they are done with it.
+  for (size_t s = 0; s < order_.sources.size(); ++s)
+    if (const auto& store = order_.sources[s].store; store && store->remote())
+      rc.remote_stores->add(store, datasets::io::redact_urls(sources.at(s).source));
+  datasets::fetch_ahead(order_, session_.start);
   if (content == datasets::UnitContent::documents)
     documents_.emplace(order_, session_.start);
   else

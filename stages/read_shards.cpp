@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "datasets/io/store.h"
 #include "datasets/sources/document_mix.h"
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
@@ -23,24 +24,13 @@
 namespace pipeline::stages {
 namespace {
 
-// "PATH=WEIGHT" (WEIGHT > 0; "PATH" alone weighs 1), PATH resolved like [data] dataset.
+// A mix entry, its path resolved like [data] dataset (a remote source's URL as written).
 datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& rc, const std::string& stage) {
+  const auto [source, weight] = datasets::split_mix_entry(entry, "[stages." + stage + "] mix");
   datasets::MixSource src;
-  auto eq = entry.rfind('=');
-  std::string path = eq == std::string::npos ? entry : entry.substr(0, eq);
-  if (eq != std::string::npos) {
-    const std::string w = entry.substr(eq + 1);
-    size_t used = 0;
-    try {
-      src.weight = std::stod(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != w.size() || !(src.weight > 0))
-      throw std::invalid_argument("[stages." + stage + "] mix: \"" + entry +
-                                  "\": expected PATH=WEIGHT with a weight > 0, got weight '" + w + "'");
-  }
-  src.dir = config::resolve_data_path(path, rc.cfg.file, rc.cfg.source_dir);
+  src.weight = weight;
+  src.dir = datasets::io::is_remote_source(source) ? std::filesystem::path(source)
+                                                   : config::resolve_data_path(source, rc.cfg.file, rc.cfg.source_dir);
   return src;
 }
 
@@ -74,6 +64,7 @@ class ReadShards : public graph::Stage {
       return;
     }
     if (mix.empty()) {
+      refuse_remote_in_documents_order(dir.string(), dataset_key(ctx));
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
                                     "] mix is empty");
@@ -94,6 +85,7 @@ class ReadShards : public graph::Stage {
                                   "] mix names " + std::to_string(mix.size()) + " datasets");
     std::vector<datasets::MixSource> sources;
     for (const auto& e : mix) sources.push_back(parse_mix_entry(e, rc_, ctx.name));
+    for (const auto& src : sources) refuse_remote_in_documents_order(src.dir.string(), "[stages." + ctx.name + "] mix");
     datasets::MixPosition start = rc_.start.pos.mixed ? rc_.start.pos.mix : datasets::MixPosition{};
     if (rc_.start.pos.mixed && start.sources.size() != sources.size())
       throw std::invalid_argument("the checkpoint's data position mixes " + std::to_string(start.sources.size()) +

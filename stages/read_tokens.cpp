@@ -33,6 +33,7 @@ class ReadTokens : public graph::Stage {
                      ctx.name);
       return;
     }
+    refuse_remote_in_documents_order(dir.string(), dataset_key(ctx));
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
     reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "stages/ranks.h"
 
 namespace pipeline::stages {
@@ -301,6 +303,18 @@ std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& r
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
   return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
+}
+
+std::string dataset_key(const graph::StageContext& ctx) {
+  return ctx.options.get_string("dataset").empty() ? "[data] dataset" : "[stages." + ctx.name + "] dataset";
+}
+
+void refuse_remote_in_documents_order(const std::string& source, const std::string& key) {
+  if (!datasets::io::is_remote_source(source)) return;
+  throw std::invalid_argument(key + " = " + datasets::io::redact_urls(source) +
+                              " is remote, and [data] order = \"documents\" reads local files only: remote sources "
+                              "are read in the lanes order (a fresh run's default); a run begun in the documents "
+                              "order goes on from a local copy of its data (docs/remote.md)");
 }
 
 bool RunContext::writer() const { return !ranks || ranks->writer(); }

@@ -322,6 +322,15 @@ datasets::DatasetReaderOptions reader_options(const RunContext& rc);
 /// when set, else [data] dataset and train_split.
 std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
 
+/// The key that names a source stage's dataset in messages: "[stages.NAME] dataset" when the stage
+/// sets its own, else "[data] dataset".
+std::string dataset_key(const graph::StageContext& ctx);
+
+/// The documents order (runs begun before lanes) reads local files only: throws
+/// std::invalid_argument for a remote `source`, naming `key` and [data] order, and saying what to do
+/// instead (docs/remote.md).
+void refuse_remote_in_documents_order(const std::string& source, const std::string& key);
+
 /// The run context a training stage is built with: what the run hands the engine's stages
 /// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive
 /// as long as the stages). Throws a clear error, naming the stage, when a training stage is built

@@ -463,7 +463,7 @@ TEST_CASE("pipeline check of a remote source: no network unless --probe, clear r
   auto probe = check(kSecret, " --probe");
   INFO(probe.out);
   CHECK(probe.code == 0);
-  CHECK(contains(probe.out, "probe: 2 files"));
+  CHECK(contains(probe.out, "probe: [data] dataset: 2 files"));
   CHECK(!contains(probe.out, kSecret));
   const std::string wrong = "PLANTEDwrongSECRET77";
   auto denied = check(wrong, " --probe");
@@ -476,5 +476,50 @@ TEST_CASE("pipeline check of a remote source: no network unless --probe, clear r
   CHECK(in_toml.code != 0);
   CHECK(contains(in_toml.out, "keys and tokens never go in the config"));
   CHECK(!contains(in_toml.out, wrong));
+}
+
+TEST_CASE("pipeline check takes remote sources in a mix and as the validation source, and --probe lists each") {
+  SKIP_UNLESS(rclone());
+  TempDir home("home");
+  std::string toml = test_util::read_file(fs::path(PIPELINE_SOURCE_DIR) / "pipelines" / "quickstart.toml");
+  const auto put_after = [&](const std::string& line, const std::string& added) {
+    const auto at = toml.find(line);
+    REQUIRE(at != std::string::npos);
+    toml.insert(at + line.size(), added);
+  };
+  put_after("type = \"read_shards\"\n", "mix = [\"s3://data/set=2\", \"s3://data/set/a.bin=1\"]\n");
+  put_after("type = \"eval\"\n", "dataset = \"s3://data/set\"\n");
+  const fs::path cfg = home.path / "mixed.toml";
+  test_util::write_file(cfg, toml);
+  auto check = [&](const std::string& extra) {
+    return test_util::shell("cd " + std::string(PIPELINE_SOURCE_DIR) + " && env HOME=" + home.path.string() +
+                            " AWS_ACCESS_KEY_ID=" + kKey + " AWS_SECRET_ACCESS_KEY=" + kSecret + " " + PIPELINE_EXE +
+                            " check " + cfg.string() + " --set data.endpoint=" + rclone().endpoint() +
+                            " --set data.allow_http=true" + extra + " 2>&1");
+  };
+  auto quiet = check("");
+  INFO(quiet.out);
+  CHECK(quiet.code == 0);
+  CHECK(contains(quiet.out, "data: [stages.read] mix = s3://data/set:"));
+  CHECK(contains(quiet.out, "data: [stages.eval] dataset = s3://data/set:"));
+  CHECK(contains(quiet.out, "the network is not touched"));
+  auto probe = check(" --probe");
+  INFO(probe.out);
+  CHECK(probe.code == 0);
+  CHECK(contains(probe.out, "probe: [stages.read] mix: 2 files"));
+  CHECK(contains(probe.out, "probe: [stages.read] mix: 1 file,"));
+  CHECK(contains(probe.out, "probe: [stages.eval] dataset: 2 files"));
+  CHECK(!contains(probe.out, kSecret));
+  // A credential in a mix entry's URL is refused as in [data] dataset, naming the key, never printed.
+  std::string signed_toml = toml;
+  signed_toml.replace(signed_toml.find("s3://data/set/a.bin=1"), 21,
+                      "https://h.example/a.bin?X-Amz-Signature=PLANTEDsig99=1");
+  test_util::write_file(cfg, signed_toml);
+  auto refused = check("");
+  INFO(refused.out);
+  CHECK(refused.code != 0);
+  CHECK(contains(refused.out, "[stages.read] mix"));
+  CHECK(contains(refused.out, "a query string in a source's URL is a credential"));
+  CHECK(!contains(refused.out, "PLANTEDsig99"));
 }
 #endif

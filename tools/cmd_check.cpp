@@ -17,25 +17,25 @@
 namespace pipeline::cli {
 namespace {
 
-// A remote source: where it is and how it is reached (the endpoint, the region, where the keys
-// come from; never a key), resolved without the network; with --probe, listed through it.
+// The run's remote sources ([data] dataset, a stage's own dataset, mix entries): where each is and
+// how it is reached (the endpoint, the region, where the keys come from; never a key), resolved
+// without the network; with --probe, each listed through it.
 void check_remote(const stages::ResolvedRun& run, bool probe) {
-  const std::string source = run.cfg.data.dataset.string();
-  if (!datasets::io::is_remote_source(source)) {
-    if (probe) std::cout << "probe: " << source << " is local; nothing to probe\n";
-    return;
+  bool any = false;
+  for (const auto& [key, source] : stages::run_sources(run.cfg, run.spec)) {
+    if (!datasets::io::is_remote_source(source)) continue;
+    any = true;
+    auto store = datasets::io::open_store(source, stages::store_options_of(run.cfg, run.spec));
+    std::cout << "data: " << key << " = " << datasets::io::redact_urls(source) << ": " << store->describe() << "\n";
+    if (!probe) continue;
+    const auto files = store->list(source);
+    uint64_t bytes = 0;
+    for (const auto& f : files) bytes += f.size;
+    std::cout << "probe: " << key << ": " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", " << bytes
+              << " bytes; first " << datasets::io::redact_urls(files.front().uri) << "\n";
   }
-  auto store = datasets::io::open_store(source, stages::store_options_of(run.cfg, run.spec));
-  std::cout << "data: " << datasets::io::redact_urls(source) << ": " << store->describe() << "\n";
-  if (!probe) {
-    std::cout << "data: the network is not touched (--probe lists the source)\n";
-    return;
-  }
-  const auto files = store->list(source);
-  uint64_t bytes = 0;
-  for (const auto& f : files) bytes += f.size;
-  std::cout << "probe: " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", " << bytes << " bytes; first "
-            << datasets::io::redact_urls(files.front().uri) << "\n";
+  if (!any && probe) std::cout << "probe: every source is local; nothing to probe\n";
+  if (any && !probe) std::cout << "data: the network is not touched (--probe lists the remote sources)\n";
 }
 
 int check_main(const std::vector<std::string>& all_args) {
