@@ -8,7 +8,6 @@
 #include "datasets/lanes/data_order.h"
 #include "datasets/lanes/document_lanes.h"
 #include "datasets/lanes/token_lanes.h"
-
 #include "datasets/sources/dataset_manifest.h"
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
@@ -31,12 +30,14 @@ struct SplitTokens::Impl {
 
   // The next document's tokens into pending; false at the end.
   bool refill() {
-    std::string_view view;
-    LanePlace place;
-    const bool more = text       ? text->next(doc)
-                      : parquet  ? parquet->next(doc)
-                                 : remote_documents->next(0, view, place) && (doc.assign(view), true);
-    if (!more) return false;
+    if (remote_documents) {
+      std::string_view view;
+      LanePlace place;
+      if (!remote_documents->next(0, view, place)) return false;
+      doc.assign(view);
+    } else if (!(text ? text->next(doc) : parquet->next(doc))) {
+      return false;
+    }
     pending.clear();
     taken = 0;
     pending.push_back(Tokenizer::eot_id);
