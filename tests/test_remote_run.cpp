@@ -53,20 +53,6 @@ constexpr int kCacheBytes = 24 << 10;  // the llm.c runs' cap: (12 lanes + 4 ahe
 const std::string kKey = "AKIDREMOTERUN", kSecret = "PLANTEDsecretKEY4242", kToken = "PLANTEDsessionTOKEN4242",
                   kSignature = "PLANTEDsignature4242";
 
-// Documents of 3 to 60 words, one a line.
-fs::path write_corpus(const fs::path& root) {
-  static const char* words[] = {"the", "king", "shall", "never", "speak", "of", "love", "and", "war", "my",
-                                "lord", "hath", "done", "thee", "wrong", "upon", "this", "stage", "we", "play"};
-  std::mt19937 rng(37);
-  std::ofstream out(root / "corpus.txt");
-  for (int d = 0; d < 600; ++d) {
-    out << "doc " << d << ":";
-    for (int w = 0, n = 3 + static_cast<int>(rng() % 58); w < n; ++w) out << ' ' << words[rng() % std::size(words)];
-    out << "\n";
-  }
-  return root / "corpus.txt";
-}
-
 // A source: where it lies locally, over S3 and over HTTPS, its input side and its own settings.
 struct Source {
   std::string local, s3, https;
@@ -126,7 +112,7 @@ struct Fixture {
   Fixture() {
     const fs::path data = srv / "data";
     fs::create_directories(data);
-    const fs::path corpus = write_corpus(root);
+    const fs::path corpus = torchrun_harness::write_line_corpus(root, 600, 37);
     pipeline::datasets::PrepareOptions o;
     o.rule = pipeline::datasets::DocumentRule::lines;
     o.val_fraction = 0.1;  // a validation split for the evaluation
