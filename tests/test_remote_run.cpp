@@ -121,7 +121,7 @@ struct Fixture {
     o.out_dir = data / "shards";
     pipeline::datasets::prepare_dataset({corpus}, o);
     sources["shards"] = {o.out_dir.string(), "s3://data/shards", "", kTextInput + kEval,
-                         {"eval.every=3", "eval.batches=2"}};
+                         {"eval.every=3", "eval.batches=2"}, ""};
     o.val_fraction = 0;
     o.out_dir = data / "llmc";
     o.llmc = true;
@@ -129,10 +129,10 @@ struct Fixture {
     o.shard_size = 8 << 10;  // several files
     pipeline::datasets::prepare_dataset({corpus}, o);
     sources["llmc"] = {o.out_dir.string(), "s3://data/llmc", "", kTokenInput,
-                       {"stages.read.llmc_unit_tokens=" + std::to_string(kUnitTokens)}};
+                       {"stages.read.llmc_unit_tokens=" + std::to_string(kUnitTokens)}, ""};
     const std::string python = PIPELINE_ARROW_PYTHON;
     Source& pq = sources["parquet"];
-    pq = {(data / "pq").string(), "s3://data/pq", "", kTextInput, {}};
+    pq = {(data / "pq").string(), "s3://data/pq", "", kTextInput, {}, ""};
     if (python.empty()) {
       pq.missing = "a build without Parquet (PIPELINE_WITH_PARQUET=OFF)";
     } else {
