@@ -112,12 +112,13 @@ PIPELINE_STAGE_DECLARE(pack, {.name = "pack",
                                      "tokens; written into a pool of host buffers (pinned on CUDA) that h2d copies as is",
                               .input = graph::port("tokens"),
                               .output = graph::port("batch"),
-                              .options = config::Schema().integer(
-                                  "buffers", 72,
+                              .options = config::Schema().integer_or_auto(
+                                  "buffers", std::string("auto"),
                                   "host buffers in the pool (pinned on CUDA): batches between pack and the end of their copy "
-                                  "to the device (on the CPU: until train has read them). The default covers a queue of 64 "
-                                  "after pack (the input side's capacity, and the least an auto capacity may grow to) and "
-                                  "the batches the stages after it hold: 72 x 32 KiB pinned at 16x1024",
+                                  "to the device (on the CPU: until train has read them). auto: 72, for a queue of 64 after "
+                                  "pack (the input side's capacity, and the least an auto capacity may grow to) and the "
+                                  "batches the stages after it hold (72 x 32 KiB pinned at 16x1024), and in the lanes order "
+                                  "also the batches one round of lane chunks completes at once (chunk tokens / T a lane)",
                                   2, 1024),
                               .ordered = true,
                               .max_workers = 1});
