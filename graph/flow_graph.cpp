@@ -78,6 +78,7 @@ void FlowGraph::cancel() {
 }
 
 void FlowGraph::build_stage(StageRt& st) {
+  if (st.is_side()) return;  // beside the graph: no node
   Runtime& rt = rt_;
   // The admission (edge.cpp): inputs wait in it until it puts them to the node, each having
   // taken a worker slot, a place on every output edge and, with a pool, a resource. A source has
@@ -232,7 +233,8 @@ void FlowGraph::run() {
     if (st->reader) st->reader->start(st->async->gateway());
   }
   // The first tokens: every stage is admitted what its credits allow.
-  for (auto& st : rt_.stages) st->admission.poke();
+  for (auto& st : rt_.stages)
+    if (!st->is_side()) st->admission.poke();
   for (auto& st : rt_.stages)
     if (st->source) st->source->activate();
   g_.wait_for_all();

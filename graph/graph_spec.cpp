@@ -205,7 +205,8 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     st->spec = specs[order[k]];
     st->type = types[order[k]];
     const StageType& t = *st->type;
-    st->kind = t.input.none() ? StageKind::source
+    st->kind = t.side           ? StageKind::side
+               : t.input.none() ? StageKind::source
                : t.own_thread ? StageKind::own_thread
                : t.timed      ? StageKind::timed
                               : StageKind::cpu;
@@ -269,7 +270,7 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     st.options = st.spec.resolved ? *st.spec.resolved : resolve_code_options(st.spec, *st.type, where(spec, st.spec));
     const int type_max = st.type->max_workers > 0 ? st.type->max_workers : 1 << 20;
     int w = std::min(st.spec.workers > 0 ? st.spec.workers : rt.threads, type_max);
-    if (st.kind == StageKind::own_thread || st.is_source()) w = 1;
+    if (st.kind == StageKind::own_thread || st.is_source() || st.is_side()) w = 1;
     st.start_workers = std::max(w, 1);
     st.tune_workers = st.kind == StageKind::cpu && type_max > 1 && (st.spec.workers == 0 || rt.opts.autotune);
     st.max_workers = st.tune_workers ? std::min(type_max, std::max({st.start_workers, 2 * rt.threads, 4})) : st.start_workers;

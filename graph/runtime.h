@@ -269,7 +269,7 @@ struct alignas(kCacheLine) SlotCounters {
   size_t trace_cap = 0;
 };
 
-enum class StageKind { source, cpu, own_thread, timed };
+enum class StageKind { source, cpu, own_thread, timed, side };
 
 struct StageRt;
 class DeviceThread;
@@ -329,6 +329,9 @@ struct alignas(kCacheLine) StageRt {
   // outputs lead to did. A source stops producing; whatever reaches the stage is dropped.
   std::atomic<bool> wound_down{false};
 
+  // A side stage: its knobs as its last report gave them (the monitor thread writes and reads them).
+  std::vector<std::pair<std::string, int>> side_knobs;
+
   // Sources: items produced but not yet handed to the flow graph (one produce() call's output).
   std::vector<Item> outbox;
   size_t outbox_next = 0;
@@ -357,6 +360,7 @@ struct alignas(kCacheLine) StageRt {
   StageRt();
   ~StageRt();  // out of line: DeviceThread and SourceThread are complete in flow_graph.cpp
   bool is_source() const { return kind == StageKind::source; }
+  bool is_side() const { return kind == StageKind::side; }
   bool is_sink() const { return type->output.none(); }
 };
 

@@ -241,6 +241,25 @@ class ResourcePool {
   int releasing_ = 0;  // release() calls telling the gate, outside the lock (set_gate waits for them)
 };
 
+/// What a side stage (StageType::side) says of its work each time the engine samples it. Its
+/// work runs on threads of its own, outside the flow graph (the fetch stage's connections), so it
+/// counts it itself.
+struct SideReport {
+  int workers = 1;      // its threads (the fetch stage: its connections)
+  double busy_s = 0;    // worker seconds spent working so far, all workers together
+  uint64_t items = 0;   // units of work done so far
+  /// Its own figures now, by name ("bytes_per_s", "hit_rate", ...): the live view, the live page,
+  /// /metrics, TensorBoard and `pipeline stats` show them.
+  std::vector<std::pair<std::string, double>> figures = {};
+  /// Said after its name when the verdict names it ("41.2 MB/s from s3://bucket/prefix").
+  std::string note = {};
+  /// The verdict's suggestion when it is the limit ("more connections ([stages.fetch] ...)").
+  std::string suggestion = {};
+  /// What autotune may move while it runs, by name, and where each stands now ({"connections",
+  /// 8}, {"prefetch", 16}); tried in this order when the stage is the limit.
+  std::vector<std::pair<std::string, int>> knobs = {};
+};
+
 /// Base class of every stage instance. One instance per stage; with workers > 1, process() is
 /// called concurrently from several threads and must be thread-safe (use out.worker() for
 /// per-worker state). Sources override produce(), the others process().
@@ -262,6 +281,11 @@ class Stage {
   /// A pool whose free resources gate this stage's inputs (see ResourcePool); null: none.
   /// Asked once, after construction.
   virtual std::shared_ptr<ResourcePool> resource_pool() { return nullptr; }
+  /// Side stages only: their work so far, asked from the engine's monitor thread (so it must not
+  /// block); an exception is ignored.
+  virtual SideReport side_report() { return {}; }
+  /// Side stages only: autotune moves one of its knobs (SideReport::knobs) to `value`.
+  virtual void side_tune(const std::string& /*knob*/, int /*value*/) {}
 };
 
 enum class OnStop {
@@ -290,6 +314,10 @@ struct StageType {
   bool ordered = false;     // needs its input in sequence order (the engine guarantees it)
   int max_workers = 0;      // 0 = no limit; 1 for stateful stages such as pack
   bool timed = false;       // process() may call Emitter::hold_for (delay): held on a timer, not a thread
+  // A side stage: no ports and no node in the flow graph; it works beside the graph on threads of
+  // its own (the fetch stage fills a cache the readers read from) and reports what it does through
+  // side_report(), which the stats, the verdict and the live views show as a stage's.
+  bool side = false;
   OnStop on_stop = OnStop::finish;
   /// Routing filter: which of its producer's items this stage wants (null: all). An item a
   /// consumer does not want never enters its queue, so a consumer that only acts on some items

@@ -3,8 +3,12 @@
 
 #include "graph/observe/listen_address.h"
 
+#include "datasets/dataset_error.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_reader.h"
+#include "datasets/sources/dataset_mix.h"
 
 namespace pipeline::stages {
 
@@ -61,6 +65,18 @@ const std::vector<config::Schema>& run_schemas() {
                 "prepared dataset directory (with manifest.json, from `pipeline prepare`), a directory of llm.c / "
                 "modded-nanogpt token shards (*_train_*.bin, *_val_*.bin), or Parquet: a *.parquet file, a directory "
                 "of them (a Hugging Face snapshot reads data/), or a glob")
+        .string("endpoint", "",
+                "S3: an S3-compatible server, scheme://host[:port] (MinIO, R2, rclone), addressed path-style "
+                "(\"\": AWS_ENDPOINT_URL, the profile's endpoint_url, else AWS)")
+        .string("region", "", "S3: the bucket's region (\"\": AWS_REGION, the profile's, else us-east-1)")
+        .string("profile", "",
+                "S3: the profile in ~/.aws/credentials and ~/.aws/config whose keys, region and endpoint to use "
+                "(\"\": AWS_PROFILE, else the environment's keys, else \"default\"); keys never go in this file")
+        .boolean("allow_http", false, "read http:// sources and S3 endpoints (no TLS: data and tokens in clear)")
+        .string("cache_dir", "",
+                "where remote units are cached while the run reads them, shared by the runs of this machine "
+                "(\"\": $XDG_CACHE_HOME/pipeline/data, else ~/.cache/pipeline/data); its cap is [stages.fetch] "
+                "cache_bytes")
         .string("train_split", "train", "split used for training")
         .string("val_split", "val", "split used for evaluation")
         .boolean("loop", true, "start the next epoch at the end of the data instead of stopping")
@@ -191,9 +207,27 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                      "`pipeline export` or save_pretrained write them)");
   }
 
+  // A key or token written in the config would be copied into the run directory's config.toml:
+  // refused, naming where it goes instead.
+  for (const char* key : {"aws_access_key_id", "aws_secret_access_key", "aws_session_token", "access_key_id",
+                          "secret_access_key", "access_key", "secret_key", "secret", "session_token", "token",
+                          "hf_token", "password"})
+    if (doc.peek("data", key))
+      throw config::ConfigError(doc.file() + ": [data] " + key +
+                                ": keys and tokens never go in the config (it is copied into the run directory): "
+                                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or HF_TOKEN for the Hugging Face "
+                                "Hub), or put them in ~/.aws/credentials and name the profile with [data] profile");
   auto d = sec("data");
-  fs::path ds = config::resolve_data_path(d.get_string("dataset"), doc.file(), source_dir);
-  if (!fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
+  const std::string dataset_text = d.get_string("dataset");
+  try {
+    check_source_text(dataset_text, d.get_bool("allow_http"));
+  } catch (const datasets::DatasetError& e) {
+    throw d.error("dataset", e.what());
+  }
+  fs::path ds = datasets::io::is_remote_source(dataset_text)
+                    ? fs::path(dataset_text)
+                    : config::resolve_data_path(dataset_text, doc.file(), source_dir);
+  if (!datasets::io::is_remote_source(dataset_text) && !fs::exists(ds / "manifest.json") && !datasets::is_llmc_dataset(ds) && !datasets::is_parquet_source(ds))
     throw d.error("dataset", "no prepared dataset at '" + ds.string() +
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "
                                  "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin, or Parquet "
@@ -202,6 +236,11 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
              d.get_string("train_split"),
              d.get_string("val_split"),
              d.get_bool("loop"),
+             d.get_string("endpoint"),
+             d.get_string("region"),
+             d.get_string("profile"),
+             d.get_bool("allow_http"),
+             d.get_string("cache_dir").empty() ? fs::path() : config::resolve_data_path(d.get_string("cache_dir"), doc.file(), source_dir),
              d.get_string("order"),
              d.get_int_or_auto("lanes").value_or(0)};
 
@@ -246,5 +285,48 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   }
   return rc;
 }
+
+void check_source_text(const std::string& source, bool allow_http) {
+  if (!datasets::io::is_remote_source(source)) return;
+  // Resolved here as text only: `pipeline check` touches no network (the reader lists it).
+  const auto url = datasets::io::parse_remote_url(source);
+  if (url.scheme == "http" && !allow_http)
+    throw datasets::DatasetError(url.redacted() + ": plain HTTP, without TLS: set [data] allow_http = true to read it");
+  if (!url.query.empty())
+    throw datasets::DatasetError(url.redacted() + ": a query string in a source's URL is a credential, and the "
+                                 "config is copied into the run directory: use HF_TOKEN, ~/.netrc or an s3:// URL");
+}
+
+std::vector<RunSource> run_sources(const RunConfig& rc, const graph::GraphSpec& spec) {
+  std::vector<RunSource> out{{"[data] dataset", rc.data.dataset.string()}};
+  for (const auto& st : spec.stages) {
+    if (!st.resolved) continue;
+    const config::Section& o = *st.resolved;
+    if (o.has("dataset") && !o.get_string("dataset").empty())
+      out.push_back({"[stages." + st.name + "] dataset", o.get_string("dataset")});
+    if (o.has("mix"))
+      for (const auto& e : o.get_string_list("mix"))
+        out.push_back({"[stages." + st.name + "] mix", datasets::split_mix_entry(e, "[stages." + st.name + "] mix").first});
+  }
+  return out;
+}
+
+datasets::io::StoreOptions store_options_of(const RunConfig& rc, const graph::GraphSpec& spec) {
+  datasets::io::StoreOptions o;
+  o.endpoint = rc.data.endpoint;
+  o.region = rc.data.region;
+  o.profile = rc.data.profile;
+  o.allow_http = rc.data.allow_http;
+  o.cache_dir = rc.data.cache_dir;
+  for (const auto& st : spec.stages)
+    if (st.type == "fetch" && st.resolved) {
+      o.prefetch = static_cast<int>(st.resolved->get_int("prefetch"));
+      o.cache_bytes = static_cast<uint64_t>(st.resolved->get_int("cache_bytes"));
+      o.connections = static_cast<int>(st.resolved->get_int("connections"));
+      o.retry_for_s = st.resolved->get_float("retry_for");
+    }
+  return o;
+}
+
 
 }  // namespace pipeline::stages

@@ -10,8 +10,10 @@
 #include <stdexcept>
 
 #include "base/json.h"
+#include "datasets/dataset_error.h"
 #include "model/checkpoint/checkpoint_config.h"
 #include "model/hf/hf_config.h"
+#include "runner/run_config.h"
 
 namespace pipeline::stages {
 
@@ -214,6 +216,12 @@ ResolvedRun resolve_run(const RunRequest& req) {
   r.spec = graph::GraphSpec::from_config(r.doc);
   r.doc.check_all_used();
   graph::validate(r.spec);  // the graph's structure: stage types, ports, inputs, cycles
+  for (const auto& src : run_sources(r.cfg, r.spec))  // a stage's own remote source, checked as [data] dataset is
+    try {
+      check_source_text(src.source, r.cfg.data.allow_http);
+    } catch (const datasets::DatasetError& e) {
+      throw std::invalid_argument(r.config_path.string() + ": " + src.key + ": " + e.what());
+    }
   r.model = model_config(r.cfg);
   return r;
 }

@@ -69,12 +69,19 @@ dist::BackendKind pick_backend(const RunConfig& rc, const torch::Device& device)
 // one machine can be slowed on purpose).
 std::string config_fingerprint(const RunPlan& plan) {
   std::set<std::string> timing_only;  // "stages.<name>" of the delay and spin stages
-  for (const auto& st : plan.spec.stages)
+  std::set<std::string> fetching;     // "stages.<name>" of the fetch stage: how fast, never what
+  for (const auto& st : plan.spec.stages) {
     if (st.type == "delay" || st.type == "spin") timing_only.insert("stages." + st.name);
+    if (st.type == "fetch") fetching.insert("stages." + st.name);
+  }
   auto skip = [&](const std::string& section, const std::string& key) {
     if (section == "logging") return true;
     if (section == "run") return key == "name" || key == "dir" || key == "threads" || key == "device";
-    if (section == "data") return key == "dataset";
+    // Where a machine reaches the data and caches it may differ (a nearer endpoint, a local disk).
+    if (section == "data")
+      return key == "dataset" || key == "endpoint" || key == "region" || key == "profile" || key == "allow_http" ||
+             key == "cache_dir";
+    if (fetching.count(section)) return key != "type";
     if (timing_only.count(section)) return key == "ms" || key == "jitter_ms" || key == "seed";
     if (section.rfind("stages.", 0) == 0)
       return key == "dataset" || key == "mix" || key == "workers" || key == "capacity";
@@ -317,6 +324,7 @@ RunPlan plan_run(const RunRequest& req) {
   plan.ctx = ctx;
   ctx->cfg = std::move(resolved.cfg);
   ctx->model = resolved.model;
+  ctx->store_options = store_options_of(ctx->cfg, plan.spec);
   // Set by torchrun, or by srun; none for one process.
   const auto env = dist::launch_env(dist::process_env(), static_cast<uint16_t>(ctx->cfg.run.master_port));
   ctx->device = pick_device(ctx->cfg, env);

@@ -72,6 +72,29 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                      .max_workers = 1,
                                      .dry_run = &dry_run_read_tokens});
 
+// Beside the graph.
+PIPELINE_STAGE_DECLARE(fetch, {.name = "fetch",
+                               .doc = "remote sources (s3://, https://): fetches the units this rank's lanes read next into "
+                                      "[data] cache_dir, ahead of the readers, on threads of its own (docs/remote.md); a side "
+                                      "stage, joined to no other, whose figures (bytes/s, requests in flight, retries, cache "
+                                      "bytes, hit rate) the stats, verdict and live views show",
+                               .input = graph::no_port(),
+                               .output = graph::no_port(),
+                               .options = config::Schema()
+                                              .integer("prefetch", 16, "units fetched ahead of the lanes' reads", 1, 1 << 20)
+                                              .integer("cache_bytes", int64_t(4) << 30,
+                                                       "the cache's cap in bytes, across every process using [data] "
+                                                       "cache_dir; it never exceeds it by more than one unit. Size it for "
+                                                       "(lanes per rank + prefetch) units",
+                                                       1 << 20, 9.2e18)
+                                              .integer("connections", 8, "requests at once (threads of its own)", 1, 1024)
+                                              .floating("retry_for", 300,
+                                                        "seconds a failing request is tried again (timeouts, resets, 5xx, "
+                                                        "429, SlowDown) before the run stops with its checkpoint",
+                                                        1, 1e6),
+                               .max_workers = 1,
+                               .side = true});
+
 PIPELINE_STAGE_DECLARE(synthetic, {.name = "synthetic",
                                    .doc = "random token batches of the configured shape (measures compute without the input side)",
                                    .input = graph::no_port(),

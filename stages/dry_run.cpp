@@ -6,6 +6,8 @@
 #include <stdexcept>
 
 #include "datasets/dataset_error.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "datasets/sources/dataset_manifest.h"
 #include "datasets/sources/split_tokens.h"
 #include "model/hf/hf_config.h"
@@ -14,24 +16,14 @@ namespace pipeline::stages {
 
 namespace {
 
-// "PATH=WEIGHT" (WEIGHT > 0; "PATH" alone weighs 1), PATH resolved like [data] dataset.
+// A mix entry, "SOURCE=WEIGHT", its path resolved like [data] dataset (a remote source's URL as
+// written).
 datasets::MixSource parse_mix_entry(const std::string& entry, const RunConfig& cfg, const std::string& stage) {
+  const auto [source, weight] = datasets::split_mix_entry(entry, "[stages." + stage + "] mix");
   datasets::MixSource src;
-  auto eq = entry.rfind('=');
-  std::string path = eq == std::string::npos ? entry : entry.substr(0, eq);
-  if (eq != std::string::npos) {
-    const std::string w = entry.substr(eq + 1);
-    size_t used = 0;
-    try {
-      src.weight = std::stod(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != w.size() || !(src.weight > 0))
-      throw std::invalid_argument("[stages." + stage + "] mix: \"" + entry +
-                                  "\": expected PATH=WEIGHT with a weight > 0, got weight '" + w + "'");
-  }
-  src.dir = config::resolve_data_path(path, cfg.file, cfg.source_dir);
+  src.weight = weight;
+  src.dir = datasets::io::is_remote_source(source) ? std::filesystem::path(source)
+                                                   : config::resolve_data_path(source, cfg.file, cfg.source_dir);
   return src;
 }
 
@@ -48,7 +40,7 @@ datasets::SourceRequest source_request(const RunConfig& cfg, const config::Secti
   datasets::SourceRequest r;
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
-  r.dataset = dir.empty() ? cfg.data.dataset : std::filesystem::path(dir);
+  r.dataset = dir.empty() ? cfg.data.dataset : std::filesystem::path(dir);  // (resolved with the config)
   r.split = split.empty() ? cfg.data.train_split : split;
   r.tokens = tokens;
   r.seed = static_cast<uint64_t>(cfg.run.seed);
@@ -64,7 +56,7 @@ datasets::SourceRequest source_request(const RunConfig& cfg, const config::Secti
 }
 
 datasets::OpenedSource open_stage_source(const datasets::SourceRequest& r, const std::string& stage) {
-  if (r.mix.empty() && !datasets::is_parquet_source(r.dataset)) {
+  if (r.mix.empty() && !datasets::io::is_remote_source(r.dataset.string()) && !datasets::is_parquet_source(r.dataset)) {
     // The other kind of prepared dataset: say which stage reads it, before its reader refuses it.
     const auto kind = datasets::load_dataset_manifest(r.dataset).kind;
     if (r.tokens && kind == datasets::ShardKind::text)
@@ -98,27 +90,38 @@ void check_recording(const RunConfig& cfg, const config::Section& options, const
 }
 
 std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage,
-                                        int64_t batches) {
+                                        int64_t batches, const datasets::io::StoreOptions& store) {
   static constexpr const char* kTooSmall =
       ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
   const std::string& own = options.get_string("dataset");
-  const std::filesystem::path source =
-      own.empty() ? cfg.data.dataset : config::resolve_data_path(own, cfg.file, cfg.source_dir);
+  const std::filesystem::path source = own.empty()                             ? cfg.data.dataset
+                                       : datasets::io::is_remote_source(own) ? std::filesystem::path(own)
+                                                                             : config::resolve_data_path(own, cfg.file, cfg.source_dir);
+  const std::string shown = datasets::io::redact_urls(source.string());
   const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
-  if (datasets::is_parquet_source(source)) {
-    if (own.empty())
-      throw std::runtime_error(source.string() + ": Parquet has no validation split: set [stages." + stage +
-                               "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
-                               "evaluation off with [eval] every = 0");
+  const auto parquet_needs_own = [&] {
+    return std::runtime_error(shown + ": Parquet has no validation split: set [stages." + stage +
+                              "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
+                              "evaluation off with [eval] every = 0");
+  };
+  // A local source's manifest is checked first; a remote source's catalogue checks the split as it
+  // opens (a missing split is an error naming the source and split), without a second request.
+  if (datasets::io::is_remote_source(source.string())) {
+  } else if (datasets::is_parquet_source(source)) {
+    if (own.empty()) throw parquet_needs_own();
   } else if (auto manifest = datasets::load_dataset_manifest(source); !manifest.splits.count(cfg.data.val_split)) {
     throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
                              "' for evaluation ([data] val_split)");
   } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
     throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
   }
-  auto ids = datasets::read_split_tokens(source, cfg.data.val_split, batches * B * T + 1);
+  datasets::SplitTokens split;
+  split.open(source, cfg.data.val_split, store);
+  if (split.whole_source() && own.empty()) throw parquet_needs_own();
+  std::vector<uint16_t> ids(static_cast<size_t>(batches * B * T + 1));
+  ids.resize(split.read(ids));
   if ((static_cast<int64_t>(ids.size()) - 1) / (B * T) < 1)
-    throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
+    throw std::runtime_error(shown + ": the '" + cfg.data.val_split + "' split has " +
                              std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
                              std::to_string(B * T + 1) + ")" + kTooSmall);
   return ids;
@@ -154,9 +157,12 @@ namespace {
 
 // A read stage's dry run: its source opened in the run's order (a fresh start's position, in the
 // documents order: a resumed run's is in its checkpoint's tensors, which check does not read).
+// A remote source is not opened: check touches the network only when asked (`check --probe`
+// lists each remote source; docs/remote.md).
 void open_preview_source(const graph::StageContext& ctx, bool tokens) {
   const auto& run = run_preview(ctx);
   datasets::SourceRequest r = source_request(run.cfg, ctx.options, ctx.name, tokens);
+  if (datasets::io::is_remote_source(r.source.string())) return;
   r.lanes = run.lanes;
   open_stage_source(r, ctx.name);
 }
@@ -173,7 +179,9 @@ void dry_run_record_batches(const graph::StageContext& ctx) {
 
 void dry_run_eval(const graph::StageContext& ctx) {
   const auto& run = run_preview(ctx);
-  if (run.cfg.eval.every > 0) validation_tokens(run.cfg, ctx.options, ctx.name, 1);
+  const std::string& own = ctx.options.get_string("dataset");
+  const bool remote = datasets::io::is_remote_source(own.empty() ? run.cfg.data.dataset.string() : own);
+  if (run.cfg.eval.every > 0 && !remote) validation_tokens(run.cfg, ctx.options, ctx.name, 1);  // (remote: --probe)
   evaluation_items(run.cfg, run.model);
 }
 

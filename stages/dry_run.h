@@ -41,9 +41,9 @@ void check_recording(const RunConfig& cfg, const config::Section& options, const
 /// validation split of the eval stage's own `dataset` or [data] dataset (a held-out Parquet
 /// source: its first documents), as training sees them. Throws naming the source when there is no
 /// such split, it is empty, or it holds less than one batch (which one batch's tokens show: the
-/// dry run reads no more).
+/// dry run reads no more). A remote source is read through `store` (docs/remote.md).
 std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Section& options, const std::string& stage,
-                                        int64_t batches);
+                                        int64_t batches, const datasets::io::StoreOptions& store = {});
 
 /// [eval] hellaswag's items, read and checked against the model's context (empty without it).
 datasets::HellaSwagSet evaluation_items(const RunConfig& cfg, const model::GPTConfig& model);

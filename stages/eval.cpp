@@ -46,7 +46,7 @@ class Eval : public graph::Stage {
     // sees them) and HellaSwag's items, read, tokenized and checked now, while the graph is built:
     // a bad file stops the run before it trains (stages/dry_run.h, which `pipeline check` runs too).
     if (rc_.cfg.eval.every > 0) {
-      const auto ids = validation_tokens(rc_.cfg, ctx.options, ctx.name, rc_.cfg.eval.batches);
+      const auto ids = validation_tokens(rc_.cfg, ctx.options, ctx.name, rc_.cfg.eval.batches, rc_.store_options);
       const int64_t B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
       n_batches_ = std::min<int64_t>(rc_.cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
       val_ = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);  // (N)

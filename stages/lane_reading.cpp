@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "datasets/io/url.h"
+#include "datasets/lanes/fetch_plan.h"
 #include "stages/dry_run.h"
 
 namespace pipeline::stages {
@@ -10,11 +12,19 @@ namespace pipeline::stages {
 LaneReader::LaneReader(RunContext& rc, datasets::SourceRequest source, const std::string& stage)
     : rc_(rc), session_(*rc.lanes) {
   source.lanes = session_.lanes;
+  source.store = rc.store_options;  // remote sources: [data] endpoint, ..., [stages.fetch] (docs/remote.md)
   order_ = std::move(*open_stage_source(source, stage).order);
   for (const auto& src : order_.sources)  // a source that reads slowly by lanes says so, and what to do
     if (const auto note = src.catalog->slow_reading_note(); !note.empty() && rc.writer()) rc.log->print(stage + ": " + note);
   if (session_.start.empty()) session_.start = datasets::start_cursors(order_, session_.mine);  // a fresh run
   session_.content = order_.content;
+  // Remote sources: the fetch stage reports on their stores, which fetch this rank's lanes' units
+  // ahead in the order they will be read, from where the lanes start (a checkpoint's cursors after
+  // a resume); the lanes let each unit go when they are done with it.
+  for (size_t s = 0; s < order_.sources.size(); ++s)
+    if (const auto& store = order_.sources[s].store; store && store->remote())
+      rc.remote_stores->add(store, datasets::io::redact_urls(order_.sources[s].catalog->source));
+  datasets::fetch_ahead(order_, session_.start);
   if (order_.content == datasets::UnitContent::documents)
     documents_.emplace(order_, session_.start);
   else

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "datasets/io/store.h"
 #include "graph/stage.h"
 #include "stages/dry_run.h"
 #include "stages/lane_reading.h"
@@ -43,6 +44,7 @@ class ReadShards : public graph::Stage {
     }
     req.options = reader_options(rc_);
     if (req.mix.empty()) {
+      refuse_remote_in_documents_order(req.dataset.string(), dataset_key(ctx));
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
                                     "] mix is empty");
@@ -57,6 +59,7 @@ class ReadShards : public graph::Stage {
                                     ctx.name + "] mix names " + std::to_string(req.mix.size()));
       if (rc_.start.pos.mixed) req.mix_start = rc_.start.pos.mix;
     }
+    for (const auto& src : req.mix) refuse_remote_in_documents_order(src.dir.string(), "[stages." + ctx.name + "] mix");
     source_ = open_stage_source(req, ctx.name);
   }
 

@@ -30,6 +30,7 @@ class ReadTokens : public graph::Stage {
       lanes_.emplace(rc_, std::move(req), ctx.name);
       return;
     }
+    refuse_remote_in_documents_order(req.dataset.string(), dataset_key(ctx));
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
     req.start = rc_.start.pos.pos;

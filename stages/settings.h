@@ -38,10 +38,17 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::filesystem::path dataset;      // a prepared dataset directory (manifest.json inside), or llm.c shards
+  std::filesystem::path dataset;      // a prepared dataset directory (manifest.json inside), llm.c shards,
+                                      // Parquet, or a remote source's URL (s3://, https://, hf://) as written
   std::string train_split = "train";
   std::string val_split = "val";
   bool loop = true;                   // wrap around to the next epoch at the end of the data
+  // Remote sources (docs/remote.md); keys and tokens never come from the config.
+  std::string endpoint;               // S3: an S3-compatible server ("" : the environment's, or AWS)
+  std::string region;                 // S3: the bucket's region ("" : the environment's, or us-east-1)
+  std::string profile;                // S3: the AWS profile ("" : AWS_PROFILE, or "default")
+  bool allow_http = false;            // http:// sources and S3 endpoints
+  std::filesystem::path cache_dir;    // "" : the platform's cache directory (datasets/io/cache.h)
   /// lanes: K lanes, each its own units in the seed's order, rank r serving lanes r, r+W, ...: the
   /// same rows every step whatever the number of ranks (docs/data_order.md). documents: rank r
   /// keeps documents d with d % W == r and cuts one window of B*T+1 tokens a micro-batch (the order

@@ -10,6 +10,8 @@
 #include <iostream>
 #include <stdexcept>
 
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "stages/ranks.h"
 
 namespace pipeline::stages {
@@ -295,6 +297,18 @@ void RunLog::remove_metric_listener(int id) {
 void RunLog::set_printer(std::function<void(const std::string&)> p) {
   std::lock_guard<std::mutex> lock(mu_);
   printer_ = std::move(p);
+}
+
+std::string dataset_key(const graph::StageContext& ctx) {
+  return ctx.options.get_string("dataset").empty() ? "[data] dataset" : "[stages." + ctx.name + "] dataset";
+}
+
+void refuse_remote_in_documents_order(const std::string& source, const std::string& key) {
+  if (!datasets::io::is_remote_source(source)) return;
+  throw std::invalid_argument(key + " = " + datasets::io::redact_urls(source) +
+                              " is remote, and [data] order = \"documents\" reads local files only: remote sources "
+                              "are read in the lanes order (a fresh run's default); a run begun in the documents "
+                              "order goes on from a local copy of its data (docs/remote.md)");
 }
 
 bool RunContext::writer() const { return !ranks || ranks->writer(); }

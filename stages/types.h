@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/io/store.h"
 #include "datasets/plan/lane_cursor.h"
 #include "datasets/plan/partition.h"
 #include "datasets/sources/dataset_mix.h"
@@ -282,6 +283,13 @@ struct RunContext {
   // both from data_partition.)
   datasets::Partition partition;
   std::shared_ptr<Ranks> ranks;
+  /// Remote sources (docs/remote.md): how the readers open their stores ([data] endpoint, region,
+  /// profile, allow_http, cache_dir; the fetch stage's prefetch, cache_bytes, connections,
+  /// retry_for), and the stores they opened, which the fetch stage reports on. A reader of a
+  /// DataOrder opens it with `.store = store_options`, adds its remote stores here, and calls
+  /// datasets::fetch_ahead with its lanes' cursors.
+  datasets::io::StoreOptions store_options;
+  std::shared_ptr<datasets::io::StoreSet> remote_stores = std::make_shared<datasets::io::StoreSet>();
   /// [data] order = "lanes" (cfg.data.order, which a resume takes from its checkpoint): K, this
   /// rank's lanes and the demand board; null in the documents order.
   std::shared_ptr<LaneSession> lanes;
@@ -293,6 +301,15 @@ struct RunContext {
 datasets::Partition data_partition(const RunContext& rc);
 /// What a source stage passes to its dataset reader: data_partition.
 datasets::DatasetReaderOptions reader_options(const RunContext& rc);
+
+/// The key that names a source stage's dataset in messages: "[stages.NAME] dataset" when the stage
+/// sets its own, else "[data] dataset".
+std::string dataset_key(const graph::StageContext& ctx);
+
+/// The documents order (runs begun before lanes) reads local files only: throws
+/// std::invalid_argument for a remote `source`, naming `key` and [data] order, and saying what to do
+/// instead (docs/remote.md).
+void refuse_remote_in_documents_order(const std::string& source, const std::string& key);
 
 /// The run context a training stage is built with: what the run hands the engine's stages
 /// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive

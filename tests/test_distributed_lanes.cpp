@@ -53,20 +53,6 @@ constexpr int kSteps = 6;
 // and stays ten thousand times below what other rows make (their losses differ by 1e-2 and more).
 constexpr double kLossTolerance = 1e-6;
 
-// Documents of 3 to 60 words, one a line.
-fs::path write_corpus(const fs::path& root) {
-  static const char* words[] = {"the", "king", "shall", "never", "speak", "of", "love", "and", "war", "my",
-                                "lord", "hath", "done", "thee", "wrong", "upon", "this", "stage", "we", "play"};
-  std::mt19937 rng(38);
-  std::ofstream out(root / "corpus.txt");
-  for (int d = 0; d < 400; ++d) {
-    out << "doc " << d << ":";
-    for (int w = 0, n = 3 + static_cast<int>(rng() % 58); w < n; ++w) out << ' ' << words[rng() % std::size(words)];
-    out << "\n";
-  }
-  return root / "corpus.txt";
-}
-
 // A source of the same corpus: its dataset, its input side, and its own settings.
 struct Source {
   fs::path data;
@@ -75,7 +61,7 @@ struct Source {
 };
 
 std::map<std::string, Source> make_sources(const fs::path& root) {
-  const fs::path corpus = write_corpus(root);
+  const fs::path corpus = torchrun_harness::write_line_corpus(root, 400, 38);
   std::map<std::string, Source> out;
   datasets::PrepareOptions o;
   o.rule = datasets::DocumentRule::lines;

@@ -22,6 +22,7 @@
 #include "graph/stage.h"
 #include "graph/observe/live_view.h"
 #include "graph/observe/percent.h"
+#include "graph/observe/prometheus.h"
 #include "graph/observe/verdict.h"
 
 using namespace pipeline::graph;
@@ -760,4 +761,134 @@ TEST_CASE("stats files of format 1 (busy included the device wait) read back wit
   Snapshot now = snapshot_from_json(to_json(s));
   CHECK(now.stage("log")->busy_s == doctest::Approx(1.0));
   CHECK(now.stage("log")->steady.device_wait == doctest::Approx(0.8));
+}
+
+// ---- Side stages (StageType::side: the fetch stage): beside the graph, reporting their own work.
+
+namespace {
+
+// Works beside the graph at a fixed share of its 4 workers' time, with figures of its own.
+class TestSide : public Stage {
+ public:
+  explicit TestSide(const StageContext& ctx)
+      : share_(ctx.options.get_float("share")), t0_(std::chrono::steady_clock::now()) {}
+  SideReport side_report() override {
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    SideReport r;
+    r.workers = 4;
+    r.busy_s = share_ * 4 * t;
+    r.items = static_cast<uint64_t>(100 * t);
+    r.figures = {{"bytes_per_s", 41.2e6}, {"in_flight", 4}, {"hit_rate", 0.97}, {"cache_bytes", 1.5e9}};
+    r.note = "41.2 MB/s from s3://bucket/prefix";
+    r.suggestion = "more connections";
+    r.knobs = {{"connections", connections_.load()}, {"prefetch", 16}};
+    return r;
+  }
+  void side_tune(const std::string& knob, int value) override {
+    if (knob == "connections") connections_ = value;
+    tuned_.fetch_add(1);
+  }
+  static inline std::atomic<int> tuned_{0};
+
+ private:
+  std::atomic<int> connections_{4};
+  double share_;
+  std::chrono::steady_clock::time_point t0_;
+};
+PIPELINE_STAGE(test_side, {.name = "test_side", .doc = "beside the graph: busy a share of its time",
+                           .input = no_port(), .output = no_port(),
+                           .options = pipeline::config::Schema().floating("share", 0.95, "busy share", 0.0, 1.0),
+                           .max_workers = 1, .side = true, .factory = make_factory<TestSide>()});
+
+}  // namespace
+
+TEST_CASE("a side stage runs beside the graph: it holds no run up, and its figures reach the stats") {
+  GraphSpec g;
+  g.add("side", "test_side").set("share", 0.3);
+  g.add("src", "test_source").set("count", int64_t{300});
+  g.add("A", "delay", {"src"}, 1, 8).set("ms", 5.0);
+  g.add("sink", "test_sink", {"A"}, 1, 8);
+  Engine e(std::move(g), {.sample_interval = 2ms, .report_interval = 100ms, .steady_window = 1500ms});
+  std::ostringstream lines;
+  LiveView view(e, lines, {.mode = LiveViewOptions::Mode::line, .line_interval_s = 0});
+  auto fut = std::async(std::launch::async, [&] { e.run(); });
+  REQUIRE(fut.wait_for(60s) == std::future_status::ready);  // it ends: nothing waits for the side stage
+  fut.get();
+  const Snapshot s = e.final_snapshot();
+  const StageStats* side = s.stage("side");
+  REQUIRE(side);
+  CHECK(side->side);
+  CHECK_FALSE(side->source);
+  CHECK_FALSE(side->sink);
+  CHECK(side->workers == 4);
+  CHECK(side->busy() == doctest::Approx(0.3).epsilon(0.15));
+  CHECK(side->items_in > 0);
+  CHECK(side->figure("bytes_per_s") == doctest::Approx(41.2e6));
+  CHECK(s.has_steady());  // a side stage takes no input: the steady state does not wait for it
+  const Verdict v = judged(s);
+  CHECK(v.stage == "A");  // at 30% it is not the limit
+  // The figures survive stats.jsonl, and print in words.
+  const Snapshot back = snapshot_from_json(to_json(s));
+  REQUIRE(back.stage("side"));
+  CHECK(back.stage("side")->side);
+  CHECK(back.stage("side")->figure("hit_rate") == doctest::Approx(0.97));
+  CHECK(figures_text(*back.stage("side")) == "41.2 MB/s, 4 in flight, hit rate 97%, cache 1.5 GB");
+  std::ostringstream table;
+  print_summary(table, s, v);
+  CHECK(has(table.str(), "side (beside the graph): 41.2 MB/s"));
+  CHECK(has(lines.str(), "side"));
+  CHECK(has(view.render(s, false), "(41.2 MB/s, 4 in flight, hit rate 97%, cache 1.5 GB)"));
+  CHECK(has(view.render(s, true), "41.2 MB/s"));
+  CHECK(has(prometheus_text(s), "pipeline_stage_figure{stage=\"side\",rank=\"0\",figure=\"bytes_per_s\"} 41200000"));
+}
+
+TEST_CASE("a saturated side stage is the limit, not the reader it holds up: train waits for input, fetch named") {
+  // The reader blocked on the network looks busy; the side stage's connections are saturated.
+  Snapshot s = device_run(0.2, 0.75, 0.18, true, 0.9, 0.3);
+  s.stages[0] = stage("src", 0.99, 0.0, 0.01, true);
+  StageStats fetch = stage("fetch", 0.95, 0.05, 0.0);
+  fetch.side = true;
+  fetch.workers = 8;
+  fetch.busy_s = 0.95 * 10 * 8;
+  fetch.starved_s = 0.05 * 10 * 8;
+  fetch.blocked_s = 0;
+  fetch.steady = fetch.whole_run();
+  fetch.note = "41.2 MB/s from s3://bucket/prefix";
+  fetch.suggestion = "the network is the limit: more connections";
+  fetch.figures = {{"bytes_per_s", 41.2e6}};
+  s.stages.insert(s.stages.begin(), fetch);
+  const Verdict v = analyze(s);
+  MESSAGE(v.text << " | " << v.suggestion);
+  CHECK(v.kind == "side");
+  CHECK(v.stage == "fetch");
+  CHECK(has(v.text, "train waits for input"));
+  CHECK(has(v.text, "the input side's limit: fetch: 95% of its 8 workers' time at work, 41.2 MB/s from s3://bucket/prefix"));
+  CHECK(has(v.suggestion, "more connections"));
+  // Not saturated: the reader is named as before.
+  s.stages[0].busy_s = 0.4 * 10 * 8;
+  s.stages[0].steady = s.stages[0].whole_run();
+  CHECK(analyze(s).stage == "src");
+}
+
+TEST_CASE("autotune moves a saturated side stage's knobs, and undoes what does not help") {
+  TestSide::tuned_ = 0;
+  GraphSpec g;
+  g.add("side", "test_side", {}, 0).set("share", 0.97);  // workers "auto": tuned
+  g.add("src", "test_source").set("count", int64_t{1200}).set("ms", 5.0);
+  g.add("sink", "test_sink", {"src"}, 1, 8);
+  EngineOptions opts;
+  opts.sample_interval = 2ms;
+  opts.report_interval = 100ms;
+  opts.steady_window = 1000ms;
+  Engine e(std::move(g), opts);
+  auto fut = std::async(std::launch::async, [&] { e.run(); });
+  REQUIRE(fut.wait_for(60s) == std::future_status::ready);
+  fut.get();
+  std::string log;
+  for (const auto& ev : e.events()) log += ev.text + "\n";
+  MESSAGE(log);
+  CHECK(has(log, "side connections 4 -> 8"));
+  CHECK(TestSide::tuned_.load() >= 1);
+  // The side stage's work does not feed the sink: more connections cannot raise its rate.
+  CHECK(has(log, "undid side connections"));
 }

@@ -13,6 +13,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -80,6 +83,21 @@ inline int run_torchrun(const fs::path& cfg_or_dir, bool resume, const std::vect
   INFO("torchrun output:\n" << test_util::read_file(log));
   REQUIRE(code == 0);
   return code;
+}
+
+// A corpus for the data-order tests: `documents` lines "doc N: w w w ..." of 3 to 60 words drawn
+// from `seed`, so that lanes drift apart and cursors fall inside documents and units.
+inline fs::path write_line_corpus(const fs::path& root, int documents, unsigned seed) {
+  static const char* words[] = {"the", "king", "shall", "never", "speak", "of", "love", "and", "war", "my",
+                                "lord", "hath", "done", "thee", "wrong", "upon", "this", "stage", "we", "play"};
+  std::mt19937 rng(seed);
+  std::ofstream out(root / "corpus.txt");
+  for (int d = 0; d < documents; ++d) {
+    out << "doc " << d << ":";
+    for (int w = 0, n = 3 + static_cast<int>(rng() % 58); w < n; ++w) out << ' ' << words[rng() % std::size(words)];
+    out << "\n";
+  }
+  return root / "corpus.txt";
 }
 
 // Largest |a - b| / max|b| over every weight tensor.

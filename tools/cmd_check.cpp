@@ -17,7 +17,10 @@
 #include "cli.h"
 #include "model/checkpoint/checkpoint_file.h"
 #include "run_request.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "runner/lane_setup.h"
+#include "runner/run_config.h"
 #include "runner/run_resolve.h"
 #include "stages/dry_run.h"
 
@@ -43,13 +46,43 @@ bool check_resume(const std::filesystem::path& ckpt, const stages::ResolvedRun& 
   return !none;
 }
 
-int check_main(const std::vector<std::string>& args) {
+// The run's remote sources ([data] dataset, a stage's own dataset, mix entries): where each is and
+// how it is reached (the endpoint, the region, where the keys come from; never a key), resolved
+// without the network; with --probe, each listed through it.
+void check_remote(const stages::ResolvedRun& run, bool probe) {
+  bool any = false;
+  for (const auto& [key, source] : stages::run_sources(run.cfg, run.spec)) {
+    if (!datasets::io::is_remote_source(source)) continue;
+    any = true;
+    auto store = datasets::io::open_store(source, stages::store_options_of(run.cfg, run.spec));
+    std::cout << "data: " << key << " = " << datasets::io::redact_urls(source) << ": " << store->describe() << "\n";
+    if (!probe) continue;
+    const auto files = store->list(source);
+    uint64_t bytes = 0;
+    for (const auto& f : files) bytes += f.size;
+    std::cout << "probe: " << key << ": " << files.size() << " file" << (files.size() == 1 ? "" : "s") << ", " << bytes
+              << " bytes; first " << datasets::io::redact_urls(files.front().uri) << "\n";
+  }
+  if (!any && probe) std::cout << "probe: every source is local; nothing to probe\n";
+  if (any && !probe) std::cout << "data: the network is not touched (--probe lists the remote sources)\n";
+}
+
+int check_main(const std::vector<std::string>& all_args) {
+  bool probe = false;
+  std::vector<std::string> args;
+  for (const auto& a : all_args) {
+    if (a == "--probe")
+      probe = true;
+    else
+      args.push_back(a);
+  }
   const stages::RunRequest req = parse_run_request(args, "check");
   const stages::ResolvedRun run = stages::resolve_run(req);
   stages::RunConfig cfg = run.cfg;  // a resume's data order from its checkpoint
   bool resumes = false;
   print_run_header(std::cout, run.config_path, run.cfg.run.device, req.resume, run.model, run.sections(),
                    run.doc.removed());
+  check_remote(run, probe);
   if (!req.resume.empty()) {
     if (!std::filesystem::is_directory(req.resume))
       throw std::runtime_error(req.resume.string() + ": no such run directory");
@@ -89,7 +122,7 @@ int check_main(const std::vector<std::string>& args) {
 }
 
 PIPELINE_COMMAND({"check", "validate a config and print every resolved setting (a dry run of `run`)",
-                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto]\n\n"
+                  "usage: pipeline check CONFIG [--set section.key=value ...] [--resume RUN_DIR | --resume auto] [--probe]\n\n"
                   "Resolves the whole configuration as `pipeline run` would (defaults, --set, dataset path,\n"
                   "model preset, the stage graph), prints it as a table, then makes what `run` makes before\n"
                   "its first step, short of the model: the run directory's checks, the checkpoint a resume\n"
@@ -97,7 +130,9 @@ PIPELINE_COMMAND({"check", "validate a config and print every resolved setting (
                   "against the step's rows (of one process), and each stage's dry run (the datasets opened in\n"
                   "the run's data order, the validation split read, HellaSwag's items checked). Exits 0 when a\n"
                   "run would start (or, resuming a run that is complete, when it would have nothing to do),\n"
-                  "non-zero on any error.",
+                  "non-zero on any error. A remote dataset (s3://, https://, hf://) is resolved without the\n"
+                  "network: where it is and where its keys come from; --probe also lists it (403, 404, a\n"
+                  "missing bucket, DNS and TLS errors).",
                   &check_main});
 
 }  // namespace

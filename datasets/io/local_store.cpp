@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <system_error>
 
 #include "datasets/dataset_error.h"
+#include "datasets/io/remote_module.h"
 #include "datasets/io/store.h"
 
 namespace pipeline::datasets::io {
@@ -110,6 +112,14 @@ std::unique_ptr<RangeFile> LocalStore::open(const ObjectInfo& info) {
   return file;
 }
 
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
 bool is_remote_source(const std::string& source) {
   const size_t colon = source.find("://");
   if (colon == std::string::npos || colon == 0) return false;
@@ -118,12 +128,9 @@ bool is_remote_source(const std::string& source) {
   });
 }
 
-std::unique_ptr<Store> open_store(const std::string& source) {
-  if (is_remote_source(source)) {
-    const std::string scheme = source.substr(0, source.find("://"));
-    throw DatasetError(scheme + "://...: this build reads local sources only (a path)");
-  }
-  return std::make_unique<LocalStore>();
+std::unique_ptr<Store> open_store(const std::string& source, const StoreOptions& options) {
+  if (!is_remote_source(source)) return std::make_unique<LocalStore>();
+  return remote_module(source).open_store(source, options);
 }
 
 }  // namespace pipeline::datasets::io

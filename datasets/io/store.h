@@ -1,7 +1,9 @@
-// Where a source's bytes come from: a store (the local file system; S3 and HTTPS come with remote
-// sources) lists and opens files, and a RangeFile reads one file's bytes at offsets. Everything
-// that decodes data (shards, llm.c shards, Parquet) reads through these, so a remote source reads
-// like a local one: its store's files read through the cache.
+// Where a source's bytes come from: a store (the local file system, S3, HTTPS) lists and opens
+// files, and a RangeFile reads one file's bytes at offsets. Everything that decodes data (shards,
+// llm.c shards, Parquet) reads through these, so a remote source reads like a local one: a remote
+// store's files read through its cache (cache.h), which its fetch threads fill ahead of the lanes
+// in the order of the plan (prefetch; the remote stores are in remote_store.h, built as a module
+// loaded at the first remote source: remote_module.h; docs/remote.md).
 //
 // Example:
 //   auto store = io::open_store("datasets/data/tinyshakespeare/tokens");
@@ -15,9 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "datasets/io/credentials.h"
 
 namespace pipeline::datasets::io {
 
@@ -43,6 +50,52 @@ struct ObjectInfo {
   std::string version;  // what tells two contents apart: "mtime:size" locally, the ETag remotely
 };
 
+/// A unit to fetch ahead: a byte range of one file (a shard's block, a row group's column chunk,
+/// a range of an llm.c shard's tokens).
+struct UnitRef {
+  ObjectInfo file;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+/// One lane's units from where it stands, in the order it will read them; nullopt after its last.
+/// Called by the store's fetch threads (under the store's lock: it must be cheap and not block).
+using LaneUnits = std::function<std::optional<UnitRef>()>;
+
+/// What a remote store has done since it opened, for the fetch stage's figures.
+struct FetchStats {
+  uint64_t bytes = 0;             // downloaded (units ahead and reads on demand)
+  uint64_t requests = 0;          // requests answered, retries included
+  double busy_s = 0;              // connection seconds spent in requests (all connections together)
+  int64_t in_flight = 0;          // requests in progress now
+  uint64_t retries = 0;           // attempts made again after a passing fault
+  uint64_t units = 0;             // units fetched ahead into the cache
+  uint64_t hit_bytes = 0;         // bytes read from the cache (or waited for while it fetched them)
+  uint64_t miss_bytes = 0;        // bytes read from the network on demand: the plan had not fetched them
+  double wait_s = 0;              // readers' time waiting for bytes (a unit in flight, a read on demand)
+  uint64_t cache_bytes = 0;       // the cache's total now, every process's entries counted
+  uint64_t cache_high_water = 0;  // its most, seen by this process
+  uint64_t cache_cap = 0;
+  int connections = 0;            // the limits in force
+  int prefetch = 0;
+};
+
+/// How a store reaches its files, and the cache and fetching of a remote one: [data] endpoint,
+/// region, profile, allow_http, cache_dir and [stages.fetch]'s keys. A local store ignores them.
+struct StoreOptions {
+  std::string endpoint;                 // S3: an S3-compatible server (MinIO, R2, rclone)
+  std::string region;
+  std::string profile;                  // S3: the profile in ~/.aws/credentials
+  bool allow_http = false;              // http:// (no TLS) only when asked for
+  std::filesystem::path cache_dir;      // "" : default_cache_dir() (cache.h)
+  uint64_t cache_bytes = 4ull << 30;    // the cache's cap, across the processes sharing cache_dir
+  int prefetch = 16;                    // units fetched ahead of the lanes
+  int connections = 8;                  // requests at once
+  double retry_for_s = 300;             // how long a failing request is tried again
+  double stall_timeout_s = 30;          // a transfer with no byte for this long has timed out
+  EnvLookup env = process_env();        // where the environment's settings and keys come from
+};
+
 /// Where a source's files live.
 class Store {
  public:
@@ -57,6 +110,38 @@ class Store {
   /// The file, for reading at offsets. A read that finds the file changed since `info` (another
   /// size or version) throws DatasetError naming it: a run never mixes two versions of a file.
   virtual std::unique_ptr<RangeFile> open(const ObjectInfo& info) = 0;
+  /// Remote stores: fetch these lanes' units into the cache ahead of their reads, in the order they
+  /// will be read, replacing any earlier plan (the fetch stage calls it). Local stores: nothing.
+  virtual void prefetch(std::vector<LaneUnits> /*lanes*/) {}
+  /// Remote stores: a lane is done with this unit (its reader closed it): what was fetched for it
+  /// goes from the cache, unless another process reads it. Local stores: nothing.
+  virtual void release(const UnitRef& /*unit*/) {}
+  /// Remote stores: what fetching has done so far; local stores: zeros.
+  virtual FetchStats fetch_stats() const { return {}; }
+  /// Remote stores: moves the fetch threads' limits while they run (autotune): requests at once
+  /// and units ahead (0: unchanged). Local stores: nothing.
+  virtual void set_fetch_limits(int /*connections*/, int /*prefetch*/) {}
+  /// One line for the log and `pipeline check`: where the files are and how they are reached
+  /// (an endpoint, a region, where the keys came from: never a key).
+  virtual std::string describe() const { return remote() ? "a remote store" : "the local file system"; }
+};
+
+/// The remote stores a run reads through: the readers add the stores they open, and the fetch
+/// stage reports what they have done together. Thread-safe.
+class StoreSet {
+ public:
+  /// `source`: the source as printed (a URL, its query redacted).
+  void add(std::shared_ptr<Store> store, std::string source);
+  /// Every store's figures, summed (the cache's: the largest, as the stores may share one).
+  FetchStats total() const;
+  /// The sources added, as printed.
+  std::vector<std::string> sources() const;
+  /// Every store's fetch limits (Store::set_fetch_limits).
+  void set_fetch_limits(int connections, int prefetch);
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::shared_ptr<Store>, std::string>> stores_;
 };
 
 /// The local file system.
@@ -75,8 +160,11 @@ std::unique_ptr<RangeFile> open_local_file(const std::filesystem::path& path);
 /// than a local path.
 bool is_remote_source(const std::string& source);
 
-/// The store of `source`: the local file system for a path. Throws DatasetError naming the
-/// source for a URL whose scheme this build does not read.
-std::unique_ptr<Store> open_store(const std::string& source);
+/// The store of `source`: the local file system for a path; S3 for s3://BUCKET/PREFIX; HTTPS for
+/// https:// (and hf://, through the Hub or HF_ENDPOINT); http:// only with `allow_http`. Touches no
+/// network and makes no cache directory (that waits for the first read): `pipeline check` calls
+/// it. Throws DatasetError naming the source (redacted) for a URL it does not take, or settings
+/// that do not resolve (credentials.h).
+std::unique_ptr<Store> open_store(const std::string& source, const StoreOptions& options = {});
 
 }  // namespace pipeline::datasets::io

@@ -52,7 +52,7 @@ DataOrder open_data_order(const std::vector<SourceSpec>& specs, const DataOrderO
   std::vector<OrderSource> sources;
   for (const SourceSpec& spec : specs) {
     OrderSource s;
-    s.store = store ? store : std::shared_ptr<io::Store>(io::open_store(spec.source));
+    s.store = store ? store : std::shared_ptr<io::Store>(io::open_store(spec.source, options.store));
     s.catalog = std::make_shared<const Catalog>(build_catalog(*s.store, spec.source,
                                                               {.split = options.split,
                                                                .column = options.column,

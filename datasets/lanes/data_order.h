@@ -62,6 +62,9 @@ struct DataOrderOptions {
   std::string column = "text";
   VerifyMode verify = VerifyMode::off;
   uint64_t llmc_unit_tokens = 32768;
+  /// How the sources' stores reach a remote source, and its cache ([data] endpoint, ...,
+  /// [stages.fetch]; datasets/io/store.h). A local source ignores it.
+  io::StoreOptions store = {};
 };
 
 /// Opens every source's store, builds its catalogue (with `lanes` for format-1 shards) and its

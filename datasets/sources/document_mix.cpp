@@ -1,7 +1,27 @@
 // Deterministic weighted interleave of text datasets and Parquet (see document_mix.h).
 #include "datasets/sources/document_mix.h"
 
+#include "datasets/dataset_error.h"
+#include "datasets/io/url.h"
+
 namespace pipeline::datasets {
+
+std::pair<std::string, double> split_mix_entry(const std::string& entry, const std::string& key) {
+  const auto eq = entry.rfind('=');
+  if (eq == std::string::npos) return {entry, 1.0};
+  const std::string w = entry.substr(eq + 1);
+  double weight = 0;
+  size_t used = 0;
+  try {
+    weight = std::stod(w, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != w.size() || !(weight > 0))
+    throw DatasetError(key + ": \"" + io::redact_urls(entry) + "\": expected PATH=WEIGHT with a weight > 0, got weight '" +
+                       io::redact_urls(w) + "'");
+  return {entry.substr(0, eq), weight};
+}
 
 void MixedDocumentReader::open(const std::vector<MixSource>& sources, const std::string& split, uint64_t seed,
                                const MixPosition& start, DatasetReaderOptions options, const std::string& column) {

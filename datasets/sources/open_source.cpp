@@ -28,6 +28,7 @@ OpenedSource open_source(const SourceRequest& r) {
     o.split = r.split;
     o.column = r.column;
     o.llmc_unit_tokens = r.llmc_unit_tokens;
+    o.store = r.store;
     s.order = std::make_unique<DataOrder>(open_data_order(order_sources(r), o));
   } else if (!r.mix.empty()) {
     if (r.tokens) throw std::invalid_argument("a mix draws documents: it cannot be read as token ids");

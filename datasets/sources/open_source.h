@@ -42,6 +42,7 @@ struct SourceRequest {
   DatasetReaderOptions options;   // this rank's partition; how shards are verified
   uint32_t lanes = 0;             // the lanes order's K (0: the documents order)
   uint64_t llmc_unit_tokens = 32768;  // the lanes order: llm.c shards' tokens a unit
+  io::StoreOptions store;         // the lanes order: how a remote source is reached (docs/remote.md)
 };
 
 /// A source opened: exactly one of these is set, by the order and the kind of source.

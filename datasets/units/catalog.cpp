@@ -10,6 +10,8 @@
 #include <tuple>
 
 #include "datasets/dataset_error.h"
+#include "datasets/io/store.h"
+#include "datasets/io/url.h"
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_module.h"
 #include "datasets/shards/block_shard.h"
@@ -25,14 +27,23 @@ std::string join(const std::string& dir, const std::string& name) {
   return dir.back() == '/' ? dir + name : dir + "/" + name;
 }
 
+// A URL's path without its query string or fragment (a presigned URL in a list file carries its
+// signature there): what names and folders are judged by. Local paths and s3:// keys have none.
+std::string path_part(const std::string& uri) {
+  if (!io::is_remote_source(uri)) return uri;
+  return uri.substr(0, uri.find_first_of("?#"));
+}
+
 std::string parent_of(const std::string& uri) {
-  const size_t slash = uri.rfind('/');
-  return slash == std::string::npos ? std::string() : uri.substr(0, slash);
+  const std::string path = path_part(uri);
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? std::string() : path.substr(0, slash);
 }
 
 std::string base_name(const std::string& uri) {
-  const size_t slash = uri.rfind('/');
-  return slash == std::string::npos ? uri : uri.substr(slash + 1);
+  const std::string path = path_part(uri);
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
 // The whole of a small file (a manifest), through the store.
@@ -61,7 +72,7 @@ std::string sha256_through(io::Store& store, const io::ObjectInfo& info) {
 
 uint32_t add_file(Catalog& c, const io::ObjectInfo& info) {
   if (c.files.size() >= UINT32_MAX) throw DatasetError(c.source + ": too many files");
-  c.files.push_back({info, info.uri});
+  c.files.push_back({info, io::redact_urls(info.uri)});  // printed: a presigned URL's query redacted
   return static_cast<uint32_t>(c.files.size() - 1);
 }
 
@@ -162,7 +173,7 @@ void llmc_units(io::Store& store, Catalog& c, const std::string& dir, const std:
     const auto file = store.open(info);
     std::string head(kLlmcHeaderBytes, '\0');
     head.resize(file->read_at(0, head.data(), head.size()));
-    const uint64_t tokens = parse_llmc_header(head, info.size, info.uri);
+    const uint64_t tokens = parse_llmc_header(head, info.size, io::redact_urls(info.uri));
     const uint32_t f = add_file(c, info);
     for (uint64_t start = 0, k = 0; start < tokens; start += o.llmc_unit_tokens, ++k) {
       const uint64_t n = std::min(o.llmc_unit_tokens, tokens - start);
@@ -185,7 +196,7 @@ void parquet_units(io::Store& store, Catalog& c, std::vector<io::ObjectInfo> fil
     for (int g = 0; g < pf->row_groups(); ++g) {
       const int64_t rows = pf->row_group_rows(g);
       if (rows < 0)
-        throw DatasetError(info.uri + ": row group " + std::to_string(g) + ": the footer records " +
+        throw DatasetError(io::redact_urls(info.uri) + ": row group " + std::to_string(g) + ": the footer records " +
                            std::to_string(rows) + " rows");
       if (rows == 0) continue;  // an empty row group is no unit
       const auto [offset, bytes] = pf->row_group_range(g);
@@ -195,7 +206,10 @@ void parquet_units(io::Store& store, Catalog& c, std::vector<io::ObjectInfo> fil
   }
 }
 
-bool is_parquet_name(const std::string& uri) { return uri.size() > 8 && uri.ends_with(".parquet"); }
+bool is_parquet_name(const std::string& uri) {
+  const std::string path = path_part(uri);
+  return path.size() > 8 && path.ends_with(".parquet");
+}
 
 // The Parquet files a directory listing holds: those under data/ when there are any (a hub
 // snapshot keeps its data there, beside its README and the client's metadata), else all.
@@ -261,7 +275,15 @@ Catalog build_catalog(io::Store& store, const std::string& given, const CatalogO
   c.source = given;
   std::string source = given;
   while (source.size() > 1 && source.back() == '/') source.pop_back();
-  if (is_glob(source)) {  // Parquet files matching a pattern, listed from its fixed directory
+  if (store.remote() && (io::has_braces(source) || source.ends_with(".txt"))) {
+    // A remote source that names its files (HTTP cannot list): a brace pattern or a list file
+    // (issue 37, docs/remote.md), of Parquet files or of llm.c shards in one folder.
+    const std::vector<io::ObjectInfo> listing = store.list(source);
+    if (std::all_of(listing.begin(), listing.end(), [](const io::ObjectInfo& i) { return is_parquet_name(i.uri); }))
+      parquet_units(store, c, listing, o);
+    else
+      llmc_units(store, c, parent_of(listing.front().uri), listing, o);
+  } else if (is_glob(source)) {  // Parquet files matching a pattern, listed from its fixed directory
     if (!source.ends_with(".parquet"))
       throw DatasetError(given + ": a pattern names Parquet files (it ends in .parquet)");
     std::string dir = source.substr(0, source.find_first_of("*?["));

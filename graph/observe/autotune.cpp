@@ -31,11 +31,20 @@ std::string cores(double x) {
 }  // namespace
 
 int Autotuner::Knob::get() const {
+  if (!side_knob.empty()) {
+    for (const auto& [name, value] : stage->side_knobs)
+      if (name == side_knob) return value;
+    return 0;
+  }
   return static_cast<int>(stage ? stage->worker_slots.bound() : edge->credits.bound());
 }
 
 void Autotuner::Knob::set(int value) const {
-  if (stage)
+  if (!side_knob.empty()) {
+    if (stage->stage) stage->stage->side_tune(side_knob, value);
+    for (auto& [name, v] : stage->side_knobs)
+      if (name == side_knob) v = value;  // until its next report says so
+  } else if (stage)
     stage->worker_slots.set_bound(value);
   else
     edge->credits.set_bound(value);
@@ -44,6 +53,8 @@ void Autotuner::Knob::set(int value) const {
 Autotuner::Autotuner(Runtime& rt) : rt_(rt) {
   for (const auto& st : rt.stages) active_ |= st->tune_workers && st->max_workers > st->start_workers;
   for (const auto& e : rt.edges) active_ |= e->tune_capacity;
+  // A side stage is tuned with [run] autotune, or with its workers set to "auto".
+  for (const auto& st : rt.stages) active_ |= st->is_side() && (rt.opts.autotune || st->spec.workers == 0);
   // The throughput: the last stage in graph order that takes every item of its input.
   for (size_t k = 0; k < rt.stages.size(); ++k) {
     const StageRt& st = *rt.stages[k];
@@ -125,7 +136,17 @@ std::vector<Event> Autotuner::propose(const Snapshot& s) {
       return start(s, k, std::min(bottleneck->max_workers, w + std::max(1, w / 2)), why);
     }
   }
-  // 2. A bursty edge, or the bottleneck's input running dry while its producer is blocked.
+  // 2. A side stage (the fetch stage) is the limit: its knobs, in the order it gives them.
+  if (bottleneck && v.kind == "side" && bottleneck->is_side() && (rt_.opts.autotune || bottleneck->spec.workers == 0))
+    for (const auto& [knob, value] : bottleneck->side_knobs) {
+      Knob k{bottleneck, nullptr, bottleneck->spec.name + " " + knob, knob};
+      if (exhausted_.count(k.name) || value <= 0 || value >= (1 << 20)) continue;
+      const StageStats* x = s.stage(bottleneck->spec.name);
+      return start(s, k, value * 2,
+                   bottleneck->spec.name + " is the bottleneck, " +
+                       pct(x && x->steady.seconds > 0 ? x->steady.busy : x ? x->busy() : 0) + " of its time at work");
+    }
+  // 3. A bursty edge, or the bottleneck's input running dry while its producer is blocked.
   for (auto& e : rt_.edges) {
     if (!e->tune_capacity) continue;
     const std::string producer = rt_.stages[e->producer]->spec.name, consumer = rt_.stages[e->consumer]->spec.name;

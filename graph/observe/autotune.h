@@ -11,6 +11,8 @@
 //     more, else undone, and that knob is left alone from then on;
 //   - otherwise, if the bottleneck (the verdict, steady state) is a tunable CPU stage and the
 //     cores are not used up, its workers grow by half (at least one);
+//   - otherwise, if the bottleneck is a side stage (the fetch stage: the network) that may be
+//     tuned, its first knob not yet tried doubles (connections, then prefetch);
 //   - otherwise, if an edge is bursty (its producer often blocked while its consumer often
 //     waits for input) or the bottleneck's input edge is often empty while its producer is
 //     blocked, that edge's capacity doubles.
@@ -40,9 +42,10 @@ class Autotuner {
 
  private:
   struct Knob {
-    StageRt* stage = nullptr;  // workers of this stage, or
+    StageRt* stage = nullptr;  // workers of this stage (or, with side_knob, that knob of it), or
     EdgeRt* edge = nullptr;    // capacity of this edge
     std::string name;          // "tokenize workers", "capacity pack <- tokenize"
+    std::string side_knob = {};  // a side stage's knob: "connections"
     int get() const;
     void set(int value) const;
   };

@@ -51,6 +51,7 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
         std::snprintf(buf, sizeof buf, " (q %.1f/%d)", q->window_mean, q->capacity);
         os << buf;
       }
+      if (x.side && !x.figures.empty()) os << " (" << figures_text(x) << ")";
       os << ";";
     }
     os << " bottleneck: " << (v.stage.empty() ? "none (" + v.kind + "-limited)" : v.stage);
@@ -79,6 +80,10 @@ std::string LiveView::render(const Snapshot& s, bool tty) const {
       bar += "]";
       if (mean >= 0 && mean <= w) bar[1 + std::min(mean, w - 1)] = '|';
       occ = std::to_string(q->current) + "/" + std::to_string(q->capacity);
+    } else if (x.side) {
+      bar = figures_text(x);
+      bar.resize(std::max<size_t>(bar.size(), static_cast<size_t>(opts_.bar_width + 2)), ' ');
+      occ = "(beside)";
     } else {
       bar = std::string(opts_.bar_width + 2, ' ');
       occ = "(source)";

@@ -227,6 +227,7 @@ void Monitor::fill_steady(Snapshot& s, const Mark& now) {
   // steady_window seconds: the first mark at or after that.
   int64_t started = 0;
   for (const auto& st : rt_.stages) {
+    if (st->is_side()) continue;  // beside the graph: it takes no input
     int64_t first = st->first_ns.load(std::memory_order_relaxed);
     bool occasional = !st->inputs.empty() && st->inputs.front()->accepts;
     if (!occasional) started = first ? std::max(started, first) : INT64_MAX;
@@ -318,6 +319,26 @@ Snapshot Monitor::snapshot(bool finished, bool report) {
   std::lock_guard lock(mu_);
   s.status = status_;
   const double window_s = (now - window_.t) / 1e9;
+  // Side stages count their own work: their reports go into their counters, where the windows
+  // and the steady state read every stage's.
+  std::vector<SideReport> side(rt_.stages.size());
+  for (size_t k = 0; k < rt_.stages.size(); ++k) {
+    StageRt& st = *rt_.stages[k];
+    if (!st.is_side() || !st.stage || st.counters.empty()) continue;
+    try {
+      side[k] = st.stage->side_report();
+    } catch (...) {
+      continue;  // a report that failed is skipped: the figures stay as they were
+    }
+    st.start_workers = std::max(1, side[k].workers);
+    st.side_knobs = side[k].knobs;
+    SlotCounters& c = *st.counters.front();
+    // Never more than its workers' whole time since the run began (a stage counting from before).
+    const double most_s = rt_.t0 ? (now - rt_.t0) / 1e9 * st.start_workers : 0;
+    c.busy_ns.store(static_cast<int64_t>(std::min(side[k].busy_s, most_s) * 1e9), std::memory_order_relaxed);
+    c.in.store(side[k].items, std::memory_order_relaxed);
+    c.out.store(side[k].items, std::memory_order_relaxed);
+  }
   for (size_t k = 0; k < rt_.stages.size(); ++k) {
     const StageRt& st = *rt_.stages[k];
     StageStats x;
@@ -326,8 +347,14 @@ Snapshot Monitor::snapshot(bool finished, bool report) {
     int64_t slots = st.is_source() ? 0 : st.worker_slots.bound();  // 0 before the flow graph is built
     x.workers = slots > 0 ? static_cast<int>(slots) : (st.is_source() ? 1 : st.start_workers);
     x.source = st.is_source();
-    x.sink = st.is_sink() || st.outputs.empty();
+    x.sink = !st.is_side() && (st.is_sink() || st.outputs.empty());
     x.own_thread = st.kind == StageKind::own_thread;
+    if (st.is_side()) {
+      x.side = true;
+      x.figures = std::move(side[k].figures);
+      x.note = std::move(side[k].note);
+      x.suggestion = std::move(side[k].suggestion);
+    }
     int64_t busy_ns = 0, device_wait_ns = 0, cpu_ns = 0;
     for (const auto& cp : st.counters) {
       const SlotCounters& c = *cp;

@@ -84,6 +84,17 @@ std::string prometheus_text(const Snapshot& s) {
     w.family(name, type, help);
     for (const auto& st : s.stages) w.sample(stage_labels(st), value(st));
   };
+  // A side stage's own figures (the fetch stage's bytes/s, requests in flight, retries, cache
+  // bytes, hit rate), one gauge family with the figure as a label.
+  bool any_figures = false;
+  for (const auto& st : s.stages) any_figures |= !st.figures.empty();
+  if (any_figures) {
+    w.family("pipeline_stage_figure", "gauge",
+             "A side stage's own figures now (fetch: bytes_per_s, in_flight, retries, cache_bytes, hit_rate, ...).");
+    for (const auto& st : s.stages)
+      for (const auto& [figure, value] : st.figures)
+        w.sample(stage_labels(st) + ",figure=\"" + prometheus_label(figure) + "\"", value);
+  }
   per_stage("pipeline_stage_busy_seconds_total", "counter",
             "Worker seconds the stage spent on host work for items (device waits apart), summed over its workers.",
             [](const StageStats& st) { return st.busy_s; });

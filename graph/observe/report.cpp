@@ -62,6 +62,8 @@ void print_summary(std::ostream& os, const Snapshot& s, const Verdict& v) {
                   x.name == v.stage ? "  <- bottleneck" : "");
     os << buf;
   }
+  for (const auto& x : s.stages)
+    if (x.side && !x.figures.empty()) os << x.name << " (beside the graph): " << figures_text(x) << "\n";
   if (s.cores > 0) {
     std::snprintf(buf, sizeof buf, "cores: %d in the arena; the CPU stages kept %.2f busy, the whole process %.2f%s\n",
                   s.cores, s.cpu_cores, s.process_cores, steady ? " (steady state)" : "");

@@ -95,6 +95,40 @@ void verdict_json(std::ostream& os, const Verdict& v) {
 
 }  // namespace
 
+std::string figures_text(const StageStats& st) {
+  auto bytes = [](double b) {
+    static const char* units[] = {"B", "kB", "MB", "GB", "TB"};
+    int u = 0;
+    while (b >= 1000 && u < 4) b /= 1000, ++u;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+    return std::string(buf);
+  };
+  auto words = [](std::string name) {
+    for (auto& c : name)
+      if (c == '_') c = ' ';
+    return name;
+  };
+  std::string out;
+  char buf[64];
+  for (const auto& [name, value] : st.figures) {
+    std::string one;
+    if (name == "bytes_per_s" || name.ends_with("_bytes_per_s")) {
+      one = bytes(value) + "/s";
+    } else if (name.ends_with("_bytes")) {
+      one = words(name.substr(0, name.size() - 6)) + " " + bytes(value);
+    } else if (name.ends_with("_rate")) {
+      std::snprintf(buf, sizeof buf, "%.0f%%", 100 * value);
+      one = words(name) + " " + buf;
+    } else {
+      std::snprintf(buf, sizeof buf, "%.4g", value);
+      one = std::string(buf) + " " + words(name);
+    }
+    out += (out.empty() ? "" : ", ") + one;
+  }
+  return out;
+}
+
 std::string to_json(const Snapshot& s, const Verdict* v) {
   std::ostringstream os;
   os << std::setprecision(6);
@@ -118,6 +152,14 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
        << ",\"steady\":";
     span_json(os, x.steady);
     if (x.rank >= 0) os << ",\"rank\":" << x.rank;
+    if (x.side) {
+      os << ",\"side\":true,\"note\":" << json_quote(x.note) << ",\"suggestion\":" << json_quote(x.suggestion)
+         << ",\"figures\":{";
+      for (size_t f = 0; f < x.figures.size(); ++f)
+        os << (f ? "," : "") << json_quote(x.figures[f].first) << ":"
+           << (std::isfinite(x.figures[f].second) ? x.figures[f].second : 0.0);
+      os << "}";
+    }
     os << "}";
   }
   os << "],\"queues\":[";
@@ -209,6 +251,12 @@ Snapshot snapshot_from_json(const std::string& text) {
     st.window_device_wait = x.number("window_device_wait");
     st.rank = static_cast<int>(x.number("rank", -1));
     st.steady = span_from_json(x.find("steady"));
+    st.side = x.flag("side");
+    st.note = x.string("note");
+    st.suggestion = x.string("suggestion");
+    if (const JsonValue* f = x.find("figures"); f && f->type == JsonValue::Type::object)
+      for (const auto& [key, value] : f->members)
+        if (value.type == JsonValue::Type::number) st.figures.emplace_back(key, std::strtod(value.text.c_str(), nullptr));
     s.stages.push_back(std::move(st));
   }
   for (const auto& x : root.array("queues")) {

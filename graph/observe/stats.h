@@ -46,6 +46,18 @@ struct StageStats {
   // Over the last report window (live view): rate, busy share (host work) and device-wait share.
   double window_items_per_s = 0, window_busy = 0, window_device_wait = 0;
   int rank = -1;  // data parallel: the rank whose stage this is (-1: a single process)
+  // A side stage (StageType::side: the fetch stage): beside the graph, with no queues; its own
+  // figures ("bytes_per_s", "hit_rate", ...), what the verdict says of it when it is the limit,
+  // and what to try then.
+  bool side = false;
+  std::vector<std::pair<std::string, double>> figures;
+  std::string note, suggestion;
+  /// A figure of `figures`, or `fallback`.
+  double figure(const std::string& name, double fallback = 0) const {
+    for (const auto& [k, v] : figures)
+      if (k == name) return v;
+    return fallback;
+  }
   /// Over the steady-state window (see Snapshot::steady_from_s).
   StageSpan steady;
 
@@ -80,7 +92,8 @@ struct QueueStats {
 /// Which stage limits throughput, with the numbers that say so and what to try.
 struct Verdict {
   std::string stage;       // "" when no single stage is named
-  std::string kind;        // "stage", "source", "sink", "cpu" (the cores are used up), "order" (waiting for
+  std::string kind;        // "stage", "source", "sink", "side" (a side stage: the fetch stage's network),
+                           // "cpu" (the cores are used up), "order" (waiting for
                            // the turn of a slow item), "device" (the device's work), "launch" (kernel
                            // launches), "input" (a device stage short of input), "straggler" or "none"
   std::string text;        // "tokenize: busy 99% with 4 workers; its input queue full 97% ..."
@@ -127,6 +140,11 @@ struct Snapshot {
   bool has_steady() const { return steady_from_s >= 0 && steady_to_s > steady_from_s; }
   double steady_seconds() const { return has_steady() ? steady_to_s - steady_from_s : 0; }
 };
+
+/// A side stage's figures in words, as the tables and the live view print them: bytes_per_s (or a
+/// name ending in _bytes_per_s) is a rate of bytes ("41.2 MB/s"), _bytes a size, _rate a share ("hit rate 97%"),
+/// anything else a number with its name ("3 retries"). "" for a stage without figures.
+std::string figures_text(const StageStats& st);
 
 /// The bottleneck rule (graph/observe/verdict.cpp, README "How the verdict is reached"), over the
 /// steady-state window when the snapshot has one, else over the whole run.

@@ -101,6 +101,7 @@ std::vector<std::pair<std::string, double>> snapshot_scalars(const Snapshot& s) 
     // Only for a stage that sleeps on the device (train, log on a GPU): a CPU run gets no empty plots.
     if (st.device_wait_s > 0) out.emplace_back("stage_device_wait/" + st.name, st.window_device_wait);
     out.emplace_back("stage_items_per_s/" + st.name, st.window_items_per_s);
+    for (const auto& [figure, value] : st.figures) out.emplace_back("stage_figure/" + st.name + "/" + figure, value);
   }
   for (const auto& q : s.queues)
     if (q.capacity > 0) out.emplace_back("queue_occupancy/" + q.consumer, q.window_mean / q.capacity);

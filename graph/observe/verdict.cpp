@@ -131,6 +131,13 @@ Verdict analyze_host(const View& view, double saturated) {
     v.text = "no data yet";
     return v;
   }
+  // A reader waiting on the network looks busy too: when a side stage's own work (the fetch
+  // stage's connections) is saturated, it is the limit, not the reader it holds up.
+  if (view.span(*best).busy >= saturated && (best->source || best->side))
+    for (const auto& st : s.stages)
+      if (st.side && view.span(st).seconds > 0 && view.span(st).busy >= saturated &&
+          (!best->side || view.span(st).busy > view.span(*best).busy))
+        best = &st;
 
   // CPU: the arena's cores against what the CPU stages use of them. A stage "computes" over the
   // window when its threads' CPU time is a fair part of its busy time (a sleeping delay stage
@@ -223,6 +230,15 @@ Verdict analyze_host(const View& view, double saturated) {
   }
 
   v.stage = best->name;
+  if (best->side) {
+    // Beside the graph: no queue of its own; it says what it moves, and what to try.
+    v.kind = "side";
+    v.text = best->name + ": " + pct(b.busy) + " of its " + std::to_string(best->workers) +
+             (best->workers == 1 ? " worker" : " workers") + "' time at work" +
+             (best->note.empty() ? std::string() : ", " + best->note);
+    v.suggestion = best->suggestion.empty() ? "more " + best->name + " workers" : best->suggestion;
+    return v;
+  }
   v.kind = best->source ? "source" : best->sink ? "sink" : "stage";
   std::string text = best->name + ": " + busy_text(b.busy, b.device_wait) + " with " + std::to_string(best->workers) +
                      (best->workers == 1 ? " worker" : " workers");

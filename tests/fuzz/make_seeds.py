@@ -151,6 +151,18 @@ def llmc(tokens, magic=20240520, version=1):
 put("fuzz_llmc", "gpt2", llmc([EOT, 15496, 995, 0, EOT, 40, 716]))
 put("fuzz_llmc", "empty", llmc([]))
 
+put("fuzz_url", "s3", "s3://my-bucket/fineweb/train")
+put("fuzz_url", "https_query", "https://cdn.example:8443/d/f_{000..003}.parquet?X-Amz-Signature=abc&t=1")
+put("fuzz_url", "hf", "hf://datasets/HuggingFaceFW/fineweb-edu@main/sample/10BT/{000..013}_00000.parquet")
+put("fuzz_url", "text", "failed: https://u:pw@h.example/p?token=x; see http://x/y")
+
+put("fuzz_list_file", "names", "# the files\nset/a.bin\n\n  other/c.bin  \r\nhttps://data.example:8443/x/d.bin\n")
+
+put("fuzz_aws_files", "both", "[default]\naws_access_key_id = AKID\naws_secret_access_key = S\n; c\n"
+    "[profile dev]\nregion = eu-west-3\nendpoint_url = http://127.0.0.1:9000\n[dev]\naws_access_key_id=A\n"
+    "aws_secret_access_key=B\naws_session_token=" + "T" * 300 + "\n")
+put("fuzz_list_file", "host_case", "https://daTa.example:8443/x/d.bin\nother/e.bin\n")
+put("fuzz_url", "nested", "ht\xff://cdn.?xa#ple:ail/d/f_{003..003}.{000..33://my0}.parquet?Xoa/u:pw@ph")
 # The Slurm variables a rank reads (fuzz_slurm_env: the host list, then NUL-separated: tasks per
 # node, reserved ports, SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURMD_NODENAME, SLURM_NODEID,
 # SLURM_JOB_ID), from tests/test_launch_env.cpp.
