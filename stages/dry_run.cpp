@@ -162,7 +162,7 @@ namespace {
 void open_preview_source(const graph::StageContext& ctx, bool tokens) {
   const auto& run = run_preview(ctx);
   datasets::SourceRequest r = source_request(run.cfg, ctx.options, ctx.name, tokens);
-  if (datasets::io::is_remote_source(r.source.string())) return;
+  if (datasets::io::is_remote_source(r.dataset.string())) return;  // (a remote mix entry: opened as the run opens it)
   r.lanes = run.lanes;
   open_stage_source(r, ctx.name);
 }
