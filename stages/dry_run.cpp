@@ -162,7 +162,9 @@ namespace {
 void open_preview_source(const graph::StageContext& ctx, bool tokens) {
   const auto& run = run_preview(ctx);
   datasets::SourceRequest r = source_request(run.cfg, ctx.options, ctx.name, tokens);
-  if (datasets::io::is_remote_source(r.dataset.string())) return;  // (a remote mix entry: opened as the run opens it)
+  const auto remote = [](const std::filesystem::path& p) { return datasets::io::is_remote_source(p.string()); };
+  if (r.mix.empty() ? remote(r.dataset) : std::any_of(r.mix.begin(), r.mix.end(), [&](const auto& m) { return remote(m.dir); }))
+    return;
   r.lanes = run.lanes;
   open_stage_source(r, ctx.name);
 }
