@@ -242,6 +242,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
     ctx->start_step = state.step;
+    ctx->start_guard = GuardRecord::from_metadata(json_parse(state.metadata), state.step, ckpt.string());
     ctx->resume_from = ckpt;
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
     ctx->run_dir = automatic ? fs::path(ctx->cfg.run.dir) : req.resume;

@@ -25,6 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -545,4 +546,60 @@ TEST_CASE("a global batch that the new number of ranks cannot share is refused w
   CHECK(code != 0);
   CHECK(contains(log, "trains 2 micro-batches of 2x32 tokens a step (2 ranks x grad_accum 1), which 3 ranks cannot share "
                       "evenly: resume it on 1 or 2 ranks (grad_accum 2 or 1)"));
+}
+
+// The spike guard with two ranks: each judges the loss and the grad norm averaged over the ranks,
+// so both skip the same steps and roll back together (rank 0 picks the checkpoint and hands its
+// state over); they end where one process with grad_accum 2 on the same batches ends, the same
+// steps skipped and the same rollback taken. The data: single-letter words in documents of B*T
+// tokens (learned within a few dozen steps), the two documents of steps 31 and 40..43 uniform
+// random tokens (a loss near ln V).
+TEST_CASE("two ranks take the spike guard's decisions together: the skips and the rollback of one process") {
+  auto root = temp_dir("dist_guard");
+  std::vector<Doc> docs;
+  for (int step = 1; step <= 70; ++step)
+    for (int rank = 0; rank < 2; ++rank) docs.push_back(step == 31 || (step >= 40 && step <= 43) ? Doc::random : Doc::letters);
+  const auto data = write_docs(root / "docs", docs, kB * kT);
+  const std::vector<std::string> sets = {"training.steps=50",           "run.threads=1",
+                                         "checkpoint.every=4",           "checkpoint.keep=100",
+                                         "data.loop=false",              "optimizer.lr=1e-3",
+                                         "stages.read.chunk_tokens=64",  "training.guard.window=8",
+                                         "training.guard.min_steps=6",   "training.guard.z=8",
+                                         "training.guard.max_skips=3",   "training.guard.rollback_skip=8",
+                                         "run.dist_timeout_s=60",        "run.dist_heartbeat_s=10"};
+  auto write = [&](const std::string& name) {
+    auto cfg = root / (name + ".toml");
+    std::ofstream(cfg) << tiny_config(root / name, kTokenInput, data.string());
+    return cfg;
+  };
+  run_torchrun(write("two"), false, sets, root / "two.log");
+  auto one_sets = sets;
+  one_sets.push_back("training.grad_accum=2");
+  run_torchrun(write("one"), false, one_sets, root / "one.log", 1);
+  auto guard_lines = [](const fs::path& dir) {
+    std::vector<std::string> out;  // the skipped steps and the events, as metrics.jsonl has them
+    std::ifstream in(dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto v = json_parse(line);
+      if (v.number("skipped") == 1) out.push_back("skipped " + std::to_string(static_cast<int64_t>(v.number("step"))));
+      if (!v.string("event").empty())
+        out.push_back(v.string("event") + " to " + std::to_string(static_cast<int64_t>(v.number("to_step"))) + " " +
+                      v.string("skipped_steps"));
+    }
+    return out;
+  };
+  const auto two = guard_lines(root / "two"), one = guard_lines(root / "one");
+  INFO("two ranks: " << test_util::read_file(root / "two.log"));
+  INFO("one process: " << test_util::read_file(root / "one.log"));
+  // Step 31 alone is skipped; 40..42 are three in a row: back to the checkpoint of step 36, data
+  // steps 37..44 (rollback_skip 8 from it) never trained on.
+  auto has = [&](const std::string& line) { return std::find(two.begin(), two.end(), line) != two.end(); };
+  CHECK(has("skipped 31"));
+  CHECK(has("skipped 42"));
+  CHECK(has("guard_rollback to 36 37-44"));
+  CHECK(one == two);
+  const double diff = weight_difference(final_checkpoint(root / "two"), final_checkpoint(root / "one"));
+  INFO("largest relative weight difference " << diff);
+  CHECK(diff < 1e-5);
+  CHECK(final_checkpoint(root / "two").step == final_checkpoint(root / "one").step);
 }

@@ -57,6 +57,47 @@ void print_evaluations(std::ostream& os, const std::filesystem::path& dir, size_
   for (size_t i = rows.size() > most ? rows.size() - most : 0; i < rows.size(); ++i) os << rows[i] << "\n";
 }
 
+// What the spike guard did ([training.guard]), from metrics.jsonl: the steps it skipped, its
+// rollbacks and a stop; nothing when it did nothing.
+void print_guard(std::ostream& os, const std::filesystem::path& dir, size_t most = 40) {
+  std::ifstream in(dir / "metrics.jsonl");
+  std::vector<long long> skipped;
+  std::vector<std::string> events;
+  char buf[256];
+  for (std::string line; std::getline(in, line);) {
+    const bool skip = line.find("\"skipped\":1") != std::string::npos;
+    const bool event = line.find("\"event\":\"guard_") != std::string::npos;
+    if (!skip && !event) continue;
+    pipeline::JsonValue v;
+    try {
+      v = pipeline::json_parse(line);
+    } catch (const pipeline::JsonParseError&) {
+      continue;
+    }
+    if (skip) skipped.push_back(static_cast<long long>(v.number("step")));
+    if (v.string("event") == "guard_rollback") {
+      std::snprintf(buf, sizeof buf, "  step %8.0f  rollback %.0f: back to step %.0f after steps %s were skipped; data steps %s skipped",
+                    v.number("step"), v.number("guard_rollbacks"), v.number("to_step"), v.string("streak").c_str(),
+                    v.string("skipped_steps").c_str());
+      events.emplace_back(buf);
+    } else if (v.string("event") == "guard_stop") {
+      std::snprintf(buf, sizeof buf, "  step %8.0f  the guard stopped the run (after %.0f rollbacks; run.log says why)",
+                    v.number("step"), v.number("guard_rollbacks"));
+      events.emplace_back(buf);
+    }
+  }
+  if (skipped.empty() && events.empty()) return;
+  os << "\nspike guard (metrics.jsonl): " << skipped.size() << " step" << (skipped.size() == 1 ? "" : "s") << " skipped";
+  if (!skipped.empty()) {
+    os << " (";
+    for (size_t i = skipped.size() > most ? skipped.size() - most : 0, n = 0; i < skipped.size(); ++i, ++n)
+      os << (n ? ", " : skipped.size() > most ? "... " : "") << skipped[i];
+    os << ")";
+  }
+  os << "\n";
+  for (const auto& e : events) os << e << "\n";
+}
+
 // "gpt2-20261122-120000" for "runs/gpt2-20261122-120000/".
 std::string run_name(const std::string& dir) {
   auto p = std::filesystem::absolute(dir).lexically_normal();
@@ -90,6 +131,7 @@ int stats_main(const std::vector<std::string>& args) {
   graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
                        s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
   print_evaluations(std::cout, dir);
+  print_guard(std::cout, dir);
   auto series = graph::load_run_series(dir);
   auto events = graph::load_run_events(dir);
   if (!events.empty()) {
@@ -120,7 +162,8 @@ PIPELINE_COMMAND({"stats", "summary table, bottleneck and occupancy chart of a r
                   "usage: pipeline stats RUN_DIR [--svg FILE] [--html FILE]\n"
                   "Reads RUN_DIR/stats_summary.json (finished run) or the last line of RUN_DIR/stats.jsonl\n"
                   "(running run), prints per-stage and per-queue numbers and the bottleneck verdict,\n"
-                  "the evaluations of RUN_DIR/metrics.jsonl (validation loss, HellaSwag accuracy),\n"
+                  "the evaluations of RUN_DIR/metrics.jsonl (validation loss, HellaSwag accuracy) and what the\n"
+                  "spike guard skipped and rolled back,\n"
                   "the timeline of verdict changes and autotune decisions, and writes the edges' occupancy\n"
                   "over time, with those events marked, to RUN_DIR/occupancy.svg (or FILE).\n"
                   "--html FILE writes the page `pipeline run --serve` shows live, standing alone, for this run:\n"
