@@ -232,7 +232,7 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
                  t.get_float("grad_clip"), t.get_string("dtype"), t.get_string("matmul_precision"),
-                 t.get_bool("cuda_graph"), t.get_string("recompute")};
+                 t.get_bool("cuda_graph"), t.get_string("recompute"), {}};  // guard: [training.guard] below
 
   auto g = sec("training.guard");
   auto& guard = rc.training.guard;

@@ -18,6 +18,7 @@
 // in place, while the data goes on: the steps since that checkpoint, and up to rollback_skip from
 // it, are read but not trained on, as are [training.guard] skip_steps. `step` counts data steps
 // (trained or not); [training] steps counts updates.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <optional>
@@ -176,8 +177,9 @@ class Train : public graph::Stage {
     if (micro_ == 0) {
       begin_step(out);
       if (done_) return;  // the guard stopped the run
+      const bool was_dropping = dropping_;
       dropping_ = watch_.skips_data(step_ + 1);
-      if (dropping_) announce_dropped();
+      if (dropping_ && !was_dropping) announce_dropped();
     }
     if (dropping_) return drop(in.take<Batch>());
     const auto accum = rc_.cfg.training.grad_accum;
@@ -269,7 +271,6 @@ class Train : public graph::Stage {
   // Once per range of dropped steps (and at a resume inside one).
   void announce_dropped() {
     const int64_t next = step_ + 1;
-    if (next != rc_.start_step + 1 && watch_.skips_data(step_)) return;
     const StepRange r = watch_.skipped_range(next);
     rc_.log->print(name_ + ": data steps " + range_text({next, r.last}) + " are read but not trained on (" +
                    (watch_.abandoned(next) ? "a rollback's skipped data" : "[training.guard] skip_steps") + ")");
@@ -338,8 +339,12 @@ class Train : public graph::Stage {
         std::lock_guard<std::mutex> lock(rc_.mu);
         all = rc_.checkpoints;
       }
+      // On disk past the step this run resumed from, only its own count: another run's may be there.
+      auto ours = [&](int64_t step) {
+        return step <= rc_.start_step || std::find(taken_.begin(), taken_.end(), step) != taken_.end();
+      };
       for (auto it = all.rbegin(); it != all.rend() && !found; ++it) {
-        if (it->first >= first || watch_.abandoned(it->first)) continue;
+        if (it->first >= first || watch_.abandoned(it->first) || !ours(it->first)) continue;
         try {
           Target t;
           t.state = model::read_checkpoint(it->second.string());
@@ -557,6 +562,7 @@ class Train : public graph::Stage {
     if (!snapshots_) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
     const auto waited = snapshots_->waited();
     auto state = std::make_shared<model::CheckpointState>(snapshots_->take(step_, std::move(meta)));
+    taken_.push_back(step_);
     if (const auto w = snapshots_->waited() - waited; w > std::chrono::milliseconds(1))
       rc_.log->print(name_ + ": waited " + std::to_string(std::chrono::duration<double>(w).count()) +
                      " s for the previous checkpoint to be written before taking the next snapshot");
@@ -604,6 +610,7 @@ class Train : public graph::Stage {
   std::unique_ptr<model::SpikeGuard> guard_;  // [training.guard] enabled
   bool dropping_ = false;                     // this data step is read but not trained on
   bool guard_stopped_ = false;
+  std::vector<int64_t> taken_;                // steps of the snapshots taken (what a rollback may go back to)
   model::GPT model_{nullptr};
   std::unique_ptr<model::AdamW> opt_;
   std::unique_ptr<model::SnapshotPool> snapshots_;

@@ -24,7 +24,11 @@
 #include "dist_harness.h"
 #include "model/net/optim.h"
 #include "model/net/spike_guard.h"
+#include "graph/observe/prometheus.h"
+#include "graph/observe/stats.h"
 #include "runner/run_config.h"
+#include "runner/tensorboard_log.h"
+#include "runner/train_figures.h"
 #include "stages/spike_watch.h"
 #include "train_harness.h"
 
@@ -479,6 +483,31 @@ TEST_CASE("a streak rolls back to the checkpoint before it; a run stopped while 
   CHECK(contains(log, "data steps 78-82 are read but not trained on (a rollback's skipped data)"));
   // 72 updates kept, 73..82 never trained on, then 28 more: step 110 takes the 100th update.
   CHECK(full.last_step == 110);
+
+  // Where it shows besides run.log: `pipeline stats`, TensorBoard's scalars (from the metrics
+  // lines), the figures of the live page and /metrics.
+  auto stats = test_util::shell(std::string(PIPELINE_EXE) + " stats " + full.dir.string());
+  CHECK(contains(stats.out, "spike guard (metrics.jsonl): 3 steps skipped (75, 76, 77)"));
+  CHECK(contains(stats.out, "rollback 1: back to step 72 after steps 75-77 were skipped; data steps 73-82 skipped"));
+  stages::RunContext bare;  // no log: the figures take the lines given them
+  stages::TrainFigures figures(bare);
+  std::ifstream lines(full.dir / "metrics.jsonl");
+  std::set<std::string> tags;
+  for (std::string line; std::getline(lines, line);) {
+    figures.take(line);
+    int64_t step = 0;
+    std::vector<std::pair<std::string, double>> scalars;
+    if (stages::metric_scalars(line, step, scalars))
+      for (const auto& [tag, x] : scalars) tags.insert(tag);
+  }
+  for (const char* tag : {"train/loss_z", "train/norm_z", "train/guard_skips", "train/guard_rollbacks", "train/skipped",
+                          "train/updates"})
+    CHECK_MESSAGE(tags.count(tag) == 1, tag);
+  graph::Snapshot snap;
+  figures.annotate(snap);
+  CHECK(snap.train_figure("guard_skips") == 3);
+  CHECK(snap.train_figure("guard_rollbacks") == 1);
+  CHECK(contains(graph::prometheus_text(snap), "pipeline_train_guard_rollbacks_total{rank=\"0\"} 1"));
 
   // What it amounts to: the data of steps 73..82 left out.
   auto listed = train(root, "listed", data, run_sets(4), "skip_steps = [\"73-82\"]\n");
