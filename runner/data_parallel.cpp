@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "base/json.h"
+#include "datasets/plan/data_plan.h"
+#include "runner/lane_setup.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -82,10 +84,61 @@ int checkpoint_world_size(const JsonValue& meta, const std::string& checkpoint) 
 
 }  // namespace
 
+namespace {
+
+// The lanes order: every lane's cursor, gathered from the ranks that wrote the checkpoint (each
+// held its own lanes), and this rank's of them, on `world` ranks (datasets/plan/data_plan.h's
+// lanes_of: rank r serves lanes r, r + W, ...).
+DataCursor lane_start(const std::string& metadata, const std::vector<DataCursor>& cursors, int rank, int world,
+                      const std::string& checkpoint) {
+  const CheckpointOrder held = checkpoint_order(metadata, checkpoint);
+  if (held.order != "lanes")
+    throw std::runtime_error(checkpoint + ": checkpoint metadata: lane cursors in a checkpoint of " + held.order + " order");
+  std::vector<const datasets::LaneCursor*> by_lane(held.lanes, nullptr);
+  for (const DataCursor& c : cursors) {
+    if (!c.lane_order)
+      throw std::runtime_error(checkpoint + ": checkpoint metadata: some ranks' cursors are lanes', others not");
+    for (const auto& l : c.lanes) {
+      if (l.lane >= held.lanes)
+        throw std::runtime_error(checkpoint + ": checkpoint metadata: a cursor of lane " + std::to_string(l.lane) +
+                                 " in a run of " + std::to_string(held.lanes) + " lanes");
+      if (by_lane[l.lane])
+        throw std::runtime_error(checkpoint + ": checkpoint metadata: lane " + std::to_string(l.lane) + "'s cursor given twice");
+      if (l.sources.size() != cursors.front().lanes.front().sources.size())
+        throw std::runtime_error(checkpoint + ": checkpoint metadata: lane " + std::to_string(l.lane) + "'s cursor has " +
+                                 std::to_string(l.sources.size()) + " sources, lane " +
+                                 std::to_string(cursors.front().lanes.front().lane) + "'s " +
+                                 std::to_string(cursors.front().lanes.front().sources.size()));
+      by_lane[l.lane] = &l;
+    }
+  }
+  for (uint32_t l = 0; l < held.lanes; ++l)
+    if (!by_lane[l])
+      throw std::runtime_error(checkpoint + ": checkpoint metadata holds no cursor of lane " + std::to_string(l) + " of its " +
+                               std::to_string(held.lanes) + " lanes");
+  if (held.lanes % static_cast<uint32_t>(world) != 0) {
+    std::string fits;
+    for (uint32_t k = 1; k <= held.lanes; ++k)
+      if (held.lanes % k == 0 && held.rows % k == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(k);
+    throw std::runtime_error(checkpoint + " reads its data through " + std::to_string(held.lanes) + " lanes, which " +
+                             ranks_phrase(world) + " cannot share (rank r serves lanes r, r + W, ...): resume it on " +
+                             fits + " ranks");
+  }
+  DataCursor out;
+  out.lane_order = true;
+  for (uint32_t l : datasets::lanes_of(static_cast<uint32_t>(rank), static_cast<uint32_t>(world), held.lanes))
+    out.lanes.push_back(*by_lane[l]);
+  return out;
+}
+
+}  // namespace
+
 DataCursor checkpoint_cursor(const std::string& metadata, int rank, int world_size, const std::string& checkpoint) {
   auto meta = json_parse(metadata);
   const int written_by = checkpoint_world_size(meta, checkpoint);
   auto cursors = checkpoint_cursors(meta, written_by, checkpoint);
+  if (std::any_of(cursors.begin(), cursors.end(), [](const DataCursor& c) { return c.lane_order; }))
+    return lane_start(metadata, cursors, rank, world_size, checkpoint);
   const bool global = std::all_of(cursors.begin(), cursors.end(), [](const DataCursor& c) { return c.has_next; });
   if (global) {
     // The ranks' places in the documents every rank numbers alike are one layer of progress; with
@@ -245,6 +298,14 @@ void TrainSync::average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r)
   }
   loss = stats[0];
   norm = stats[1];
+}
+
+void TrainSync::sum_windows(StepResult& r) {
+  // A sum mod 2^64 that no int64 all-reduce overflows: the low and the high 32 bits apart, each
+  // summed over the ranks (recombined by step_windows). On the host, so over Gloo with NCCL too.
+  r.windows_parts = torch::tensor({static_cast<int64_t>(r.windows & 0xffffffffu), static_cast<int64_t>(r.windows >> 32)},
+                                  torch::kInt64);
+  r.windows_reduced = dp_.group().allreduce_sum(r.windows_parts);
 }
 
 std::string TrainSync::describe_buckets() const {

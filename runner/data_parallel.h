@@ -103,6 +103,7 @@ class TrainSync : public StepSync {
   bool take_checkpoint_request() override;
   void before_backward(const torch::Tensor& loss, bool last_micro_batch) override;
   void average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r) override;
+  void sum_windows(StepResult& r) override;
   bool checkpoint_here(int64_t step, const DataCursor& cursor) override;
   void end_of_input() override;
   void finish() override;

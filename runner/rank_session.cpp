@@ -129,7 +129,19 @@ graph::Snapshot RankSession::merged(const graph::Snapshot& own) {
 }
 
 void RankSession::wait_for_others() {
-  if (dp_.writer() && !dp_.group().env().agent_store) dp_.group().wait_for_exits(std::chrono::seconds(30));
+  auto& group = dp_.group();
+  if (group.env().agent_store) return;  // torchrun's agent holds the store
+  constexpr auto kWait = std::chrono::seconds(30);
+  const bool hosts = group.env().hosts_store;
+  if (dp_.writer() && !hosts) group.set("final_reads_done", "1");
+  if (!hosts) return;
+  group.wait_for_exits(kWait);
+  if (!dp_.writer()) {
+    try {
+      group.get("final_reads_done", kWait);
+    } catch (const std::exception&) {  // rank 0 is gone: nobody reads any more
+    }
+  }
 }
 
 }  // namespace pipeline::stages

@@ -45,7 +45,9 @@ class RankSession {
   graph::Snapshot merged_now(const graph::Snapshot& own) { return stats_.merged_latest(own); }
   /// A peer's failure reported by the watch, if any.
   std::string peer_failure() const;
-  /// Keeps the store alive (rank 0 hosting it) until the others have read what they need.
+  /// Every rank, last: the rank that hosts the store (rank 0, or under srun the first node's
+  /// first task) waits until every rank has recorded its exit and rank 0 has read their final
+  /// statistics, so the store outlives the others' last reads; rank 0 says when it has read them.
   void wait_for_others();
   /// "rank 1 of 2: " for messages.
   std::string prefix() const;

@@ -63,7 +63,17 @@ const std::vector<config::Schema>& run_schemas() {
                 "of them (a Hugging Face snapshot reads data/), or a glob")
         .string("train_split", "train", "split used for training")
         .string("val_split", "val", "split used for evaluation")
-        .boolean("loop", true, "start the next epoch at the end of the data instead of stopping");
+        .boolean("loop", true, "start the next epoch at the end of the data instead of stopping")
+        .string("order", "lanes",
+                "the data order: lanes (the rows of every step are the same whatever the number of ranks, "
+                "B or grad_accum, as long as the step's rows are; docs/data_order.md) or documents (rank r of W "
+                "reads documents d with d % W == r, in windows of B*T+1 tokens: the order before lanes, which a "
+                "resumed run written before them keeps)",
+                {"lanes", "documents"})
+        .integer_or_auto("lanes", std::string("auto"),
+                         "lanes order: K, the number of lanes, fixed when a run starts and kept by its checkpoints; "
+                         "any number of ranks that divides K resumes it (auto: docs/data_order.md says the rule)",
+                         1, 1 << 20);
     s.emplace_back("training");
     s.back()
         .integer("steps", 1000, "optimizer steps", 1, 1e12)
@@ -227,7 +237,12 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                  "' (expected a directory with manifest.json, made by `pipeline prepare`, or with "
                                  "llm.c token shards named *_train_NNNNNN.bin / *_val_NNNNNN.bin, or Parquet "
                                  "files: a *.parquet file, a directory of them, or a glob)");
-  rc.data = {ds, d.get_string("train_split"), d.get_string("val_split"), d.get_bool("loop")};
+  rc.data = {ds,
+             d.get_string("train_split"),
+             d.get_string("val_split"),
+             d.get_bool("loop"),
+             d.get_string("order"),
+             d.get_int_or_auto("lanes").value_or(0)};
 
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),

@@ -16,6 +16,8 @@
 #include "model/dist/dist_env.h"
 #include "model/dist/slurm_env.h"
 #include "runner/data_parallel.h"
+#include "runner/lane_setup.h"
+#include "runner/resume_records.h"
 
 namespace pipeline::stages {
 
@@ -235,12 +237,17 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   const fs::path& ckpt = agreed.path;
   const bool resuming = !ckpt.empty();
   std::string resplit;  // what a resume on another number of ranks changed, for the log
+  std::string superseded_note;  // records past the checkpoint moved out of metrics.jsonl
   if (resuming) {
     auto state = agreed.state ? std::move(*agreed.state) : read_named_checkpoint(ckpt);
     check_resumable(state.metadata, *ctx, ckpt.string());
     model::restore_rng(state);  // dropout goes on with the masks it would have drawn (set_torch_globals seeded first)
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
+    // The order it was written in (a checkpoint from before lanes: the documents order).
+    const CheckpointOrder held = checkpoint_order(state.metadata, ckpt.string());
+    apply_checkpoint_order(held, req, ctx->cfg, world, ckpt.string());
+    ctx->start_data_step = held.data_step;
     ctx->start_step = state.step;
     ctx->start_guard = GuardRecord::from_metadata(json_parse(state.metadata), state.step, ckpt.string());
     ctx->resume_from = ckpt;
@@ -268,6 +275,12 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     // Two runs in one directory would rotate each other's checkpoints away and interleave their
     // logs (a job requeued while the old one still runs, the same --resume in two terminals).
     plan.run_dir_lock = std::make_unique<DirLock>(ctx->run_dir, "run directory");
+    if (resuming) {  // the steps past the checkpoint are trained again: their old records move out
+      if (const size_t moved = supersede_metrics_after(ctx->run_dir, ctx->start_step); moved > 0)
+        superseded_note = "resuming from step " + std::to_string(ctx->start_step) + ": " + std::to_string(moved) +
+                          " records of metrics.jsonl past it (logged before the run stopped, trained again now) "
+                          "moved to metrics.superseded.jsonl";
+    }
     if (!resuming) {
       // --resume reads this file back: a run whose config.toml could not be written must not start.
       write_file_atomic(ctx->run_dir / "config.toml", "# Resolved configuration of this run (from " +
@@ -279,6 +292,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   // Ranks other than 0 write nothing and print nothing: rank 0 speaks for the run.
   ctx->log = std::make_shared<RunLog>(writer ? ctx->run_dir : fs::path(), /*print=*/writer);
   if (!resplit.empty()) ctx->log->print(resplit);
+  if (!superseded_note.empty()) ctx->log->print(superseded_note);
 }
 
 // Under Slurm, the job and how often it was requeued, in the run log and in metrics.jsonl (a line
@@ -337,6 +351,9 @@ RunPlan plan_run(const RunRequest& req) {
   if (env && req.create_run_dir) join_ranks(plan, *env);
   try {
     locate_run(plan, req);
+    if (ctx->cfg.data.order == "lanes")  // K, this rank's lanes and where they start (docs/data_order.md)
+      ctx->lanes = lane_session(ctx->cfg, plan.dp ? static_cast<uint32_t>(plan.dp->rank()) : 0,
+                                plan.dp ? static_cast<uint32_t>(plan.dp->size()) : 1, ctx->start.lanes);
     note_slurm_job(*ctx, plan.dp ? env : std::nullopt);
   } catch (const std::exception& e) {
     if (plan.dp) plan.dp->group().record_exit(e.what());  // the others stop waiting for this rank

@@ -11,7 +11,7 @@
 namespace pipeline::stages {
 
 struct TensorBoardLog::State {
-  explicit State(const std::filesystem::path& dir) : writer(dir) {}
+  State(const std::filesystem::path& dir, int64_t purge_step) : writer(dir, purge_step) {}
   graph::TensorBoardWriter writer;
   std::atomic<int64_t> stats_step{0};  // last step a snapshot was written at
 };
@@ -44,9 +44,14 @@ bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pai
 }
 
 std::unique_ptr<TensorBoardLog> TensorBoardLog::attach(graph::Engine& engine, RunContext& ctx) {
-  if (!ctx.cfg.logging.tensorboard || ctx.run_dir.empty() || !ctx.log) return nullptr;
+  // Rank 0 alone, as it alone writes metrics.jsonl: another rank's file would put its own stage
+  // statistics under the same tags, and (resumed) its own session start after rank 0's points.
+  if (!ctx.cfg.logging.tensorboard || ctx.run_dir.empty() || !ctx.log || !ctx.writer()) return nullptr;
   std::unique_ptr<TensorBoardLog> log(new TensorBoardLog(ctx));
-  auto state = std::make_shared<State>(ctx.run_dir);
+  // A resumed run trains again the steps after its checkpoint that an earlier process may have
+  // logged before it died: TensorBoard drops those (the session start's purge), as metrics.jsonl
+  // had them moved out (runner/resume_records.h).
+  auto state = std::make_shared<State>(ctx.run_dir, ctx.start_step > 0 ? ctx.start_step + 1 : 0);
   state->stats_step = ctx.start_step;
   log->state_ = state;
   log->listener_ = ctx.log->add_metric_listener([state](const std::string& json) {

@@ -7,6 +7,9 @@
 //   - every stats snapshot of the engine (about once a second): each stage's busy share and
 //     items/s and each queue's occupancy (graph::snapshot_scalars), at the training step reached
 //     when it was taken, one point per step at most (so the series stays ordered on resume).
+// A resumed run's file starts with a session start at the step after its checkpoint: TensorBoard
+// drops what earlier files hold from there on (trained before a crash, and again since), so each
+// step shows once.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +28,8 @@ bool metric_scalars(const std::string& json, int64_t& step, std::vector<std::pai
 
 class TensorBoardLog {
  public:
-  /// When ctx.cfg.logging.tensorboard is on and the run has a directory, starts the event file and
+  /// When ctx.cfg.logging.tensorboard is on, the run has a directory and this process writes it
+  /// (rank 0, or the only process), starts the event file and
   /// attaches it to ctx.log and to `engine` (call before engine.run()); else returns nullptr.
   /// Keep the result until the run is over: destroying it detaches from ctx.log.
   static std::unique_ptr<TensorBoardLog> attach(graph::Engine& engine, RunContext& ctx);

@@ -27,15 +27,18 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                     .string("split", "", "split to read (empty: [data] train_split; Parquet has none)")
                                                     .string("column", "text", "Parquet: the text column (string, large_string, string_view or a dictionary of strings)")
                                                     .boolean("shuffle", true,
-                                                             "Parquet: row groups in an order drawn from the run's seed, a new one "
-                                                             "each epoch (false: file and row-group order)")
+                                                             "the lanes order: units (shard blocks, row groups) in an order drawn "
+                                                             "from the run's seed, a new one each epoch; the documents order: "
+                                                             "Parquet's row groups so (false: the files' order)")
                                                     .string_list("mix", std::vector<std::string>{},
                                                                  "datasets (prepared or Parquet) mixed by weight, as [\"PATH=WEIGHT\", "
                                                                  "...]; documents are drawn from source i with probability weight_i / "
                                                                  "sum (empty: no mix)")
                                                     .integer_or_auto("chunk_bytes", std::string("auto"),
                                                                      "text per message, in whole documents (auto: about one batch, "
-                                                                     "4 x batch_size x seq_len bytes, within 1 KiB..1 MiB)",
+                                                                     "4 x batch_size x seq_len bytes; in the lanes order about what "
+                                                                     "one lane gives a batch, 4 x max(seq_len, batch_size x seq_len / "
+                                                                     "this rank's lanes, 16384); within 1 KiB..1 MiB)",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});
@@ -47,8 +50,20 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                      .options = config::Schema()
                                                     .string("dataset", "", "token dataset directory (empty: [data] dataset)")
                                                     .string("split", "", "split to read (empty: [data] train_split)")
+                                                    .boolean("shuffle", true,
+                                                             "the lanes order: units (shard blocks, llm.c token ranges) in an "
+                                                             "order drawn from the run's seed, a new one each epoch (false: "
+                                                             "the files' order); the documents order reads in order")
+                                                    .integer("llmc_unit_tokens", 32768,
+                                                             "the lanes order: llm.c shards are read in units of this many "
+                                                             "tokens (64 KiB at the default); smaller units deal small data "
+                                                             "to more lanes",
+                                                             1, 1 << 30)
                                                     .integer_or_auto("chunk_tokens", std::string("auto"),
-                                                                     "tokens per emitted chunk; auto: one batch, [training] batch_size * seq_len",
+                                                                     "tokens per emitted chunk; auto: one batch, [training] "
+                                                                     "batch_size * seq_len (the lanes order: what one lane gives a "
+                                                                     "batch, max(seq_len, batch_size x seq_len / this rank's lanes, "
+                                                                     "16384))",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
                                      .max_workers = 1});
@@ -69,16 +84,17 @@ PIPELINE_STAGE_DECLARE(tokenize, {.name = "tokenize",
                                       "allow_special", false, "turn the text <|endoftext|> inside documents into the special id")});
 
 PIPELINE_STAGE_DECLARE(pack, {.name = "pack",
-                              .doc = "cuts the token stream into windows of B*T+1 uint16 tokens ([training] batch_size, seq_len), "
-                                     "written into a pool of host buffers (pinned on CUDA) that h2d copies as is",
+                              .doc = "cuts its input into micro-batches of B rows of T+1 uint16 tokens ([training] batch_size, "
+                                     "seq_len): the next rows of this rank's lanes, or (the documents order) one window of B*T+1 "
+                                     "tokens; written into a pool of host buffers (pinned on CUDA) that h2d copies as is",
                               .input = graph::port("tokens"),
                               .output = graph::port("batch"),
                               .options = config::Schema().integer(
                                   "buffers", 72,
-                                  "host buffers in the pool (pinned on CUDA): windows between pack and the end of their copy "
+                                  "host buffers in the pool (pinned on CUDA): batches between pack and the end of their copy "
                                   "to the device (on the CPU: until train has read them). The default covers a queue of 64 "
                                   "after pack (the input side's capacity, and the least an auto capacity may grow to) and "
-                                  "the windows the stages after it hold: 72 x 32 KiB pinned at 16x1024",
+                                  "the batches the stages after it hold: 72 x 32 KiB pinned at 16x1024",
                                   2, 1024),
                               .ordered = true,
                               .max_workers = 1});
@@ -98,7 +114,7 @@ PIPELINE_STAGE_DECLARE(record_batches, {.name = "record_batches",
 
 // The device side.
 PIPELINE_STAGE_DECLARE(h2d, {.name = "h2d",
-                             .doc = "non-blocking copy of each token window to the GPU on a side stream, with an event for "
+                             .doc = "non-blocking copy of each batch's rows to the GPU on a side stream, with an event for "
                                     "train; pinned buffers return to pack's pool when their copy is done (pass-through "
                                     "without CUDA)",
                              .input = graph::port("batch"),

@@ -9,13 +9,14 @@
 // each clone, so the caching allocator does not reuse a clone's memory until that copy has run,
 // whichever thread drops the step. The results (loss sum, the sample's ids, HellaSwag's losses)
 // come back in pinned buffers behind one event, waited for without spinning.
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
+//
+// On a CPU run the evaluation itself (the model's passes, on a thread of its own at idle
+// priority, base/idle_thread.h) takes only the cycles training leaves; this stage's thread, which
+// takes the engine's locks and wakes its workers, keeps its priority.
 #include <cstdio>
+#include <memory>
 
+#include "base/idle_thread.h"
 #include "base/nvtx.h"
 
 #include "datasets/eval/hellaswag.h"
@@ -60,16 +61,14 @@ class Eval : public graph::Stage {
 
   void initialize() override {
     if (!active_) return;
-    // On a CPU run evaluation shares the cores with training: this thread, and the OpenMP threads
-    // its work starts (they inherit it), run under SCHED_IDLE (where refused, at nice +19), so
-    // that it takes the cycles training leaves idle rather than the ones it trains with. It is
+    // On a CPU run evaluation shares the cores with training: its passes, and the OpenMP threads
+    // they start (which inherit it), run under SCHED_IDLE (where refused, at nice +19), so that
+    // they take the cycles training leaves idle rather than the ones it trains with. Only they
+    // do: this thread takes locks that train and the input side take, and may create the
+    // engine's TBB workers (which would inherit its priority) when it hands on its results. It is
     // asynchronous work: its results may come later, the steps may not; should it fall behind by
     // its whole input queue, train waits for it, and then the cores are idle for it.
-    if (!rc_.device.is_cuda()) {
-      const sched_param idle{};
-      if (sched_setscheduler(0, SCHED_IDLE, &idle) != 0)  // 0: this thread
-        (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
-    }
+    if (!rc_.device.is_cuda()) idle_ = std::make_unique<IdleThread>("eval compute");
 #ifdef PIPELINE_HAVE_CUDA
     if (rc_.device.is_cuda()) {
       model::use_device(rc_.device);
@@ -85,6 +84,31 @@ class Eval : public graph::Stage {
     const auto& r = in.get<StepResult>();
     if (!r.eval) return;
     const c10::Stream stream = model::current_stream(rc_.device);
+    Results res;
+    if (idle_)
+      idle_->run([&] { res = evaluate(r, stream); });
+    else
+      res = evaluate(r, stream);
+    if (rc_.device.is_cuda()) {
+      model::DeviceEvent fetched;
+      fetched.record(stream);
+      out.add_device_wait(fetched.wait());
+    }
+    report(r.eval->step, res);
+  }
+
+ private:
+  // What an evaluation computed, on the host (behind the stream's next event on a GPU).
+  struct Results {
+    torch::Tensor loss_sum;  // () fp32, undefined when the step had no validation loss
+    torch::Tensor ids;       // (sample_tokens) int64, undefined without a sample
+    model::HellaSwagLosses hellaswag;
+    bool loss_due = false;
+  };
+
+  // The step's evaluation: train's weights copied in, the validation loss, the sample and
+  // HellaSwag's losses, each copied to the host (pinned, non-blocking on a GPU).
+  Results evaluate(const StepResult& r, const c10::Stream& stream) {
     {
       torch::NoGradGuard no_grad;
       if (r.done) r.done->block(stream);  // train's clones are complete at that event: a device-side wait
@@ -98,7 +122,6 @@ class Eval : public graph::Stage {
     const bool loss_due = r.eval->loss && val_.defined(), hellaswag_due = r.eval->hellaswag && !hellaswag_.items.empty();
     torch::Tensor loss_sum, ids;
     model::HellaSwagLosses hellaswag;
-    std::vector<int64_t> prompt;
     {
       torch::NoGradGuard no_grad;
       model::AutocastGuard autocast(rc_.device.type(), rc_.cfg.training.dtype == "bf16");
@@ -116,7 +139,7 @@ class Eval : public graph::Stage {
         const NvtxRange sampling("sample (KV cache)");
         const auto& tok = datasets::Tokenizer::gpt2();
         auto ids32 = tok.encode_ordinary(rc_.cfg.eval.prompt);
-        prompt.assign(ids32.begin(), ids32.end());
+        std::vector<int64_t> prompt(ids32.begin(), ids32.end());
         if (prompt.empty()) prompt.push_back(datasets::Tokenizer::eot_id);
         model::SampleOptions so;
         so.n_tokens = rc_.cfg.eval.sample_tokens;
@@ -132,25 +155,27 @@ class Eval : public graph::Stage {
     }
     // The loss sum, the sample's ids and HellaSwag's losses come back in one transfer each,
     // behind one event.
-    auto host_loss = loss_sum.defined() ? to_host(loss_sum) : torch::Tensor();
-    auto host_ids = ids.defined() ? to_host(ids) : torch::Tensor();
-    if (hellaswag.sums.defined()) hellaswag.sums = to_host(hellaswag.sums);
-    if (rc_.device.is_cuda()) {
-      model::DeviceEvent fetched;
-      fetched.record(stream);
-      out.add_device_wait(fetched.wait());
-    }
-    const long long step = r.eval->step;
+    Results res;
+    res.loss_sum = loss_sum.defined() ? to_host(loss_sum) : torch::Tensor();
+    res.ids = ids.defined() ? to_host(ids) : torch::Tensor();
+    res.hellaswag = std::move(hellaswag);
+    if (res.hellaswag.sums.defined()) res.hellaswag.sums = to_host(res.hellaswag.sums);
+    res.loss_due = loss_due;
+    return res;
+  }
+
+  // The evaluation's line in the output and in metrics.jsonl, once its results are on the host.
+  void report(long long step, const Results& res) {
     std::string text = "eval  step " + std::to_string(step), metric = "{\"step\":" + std::to_string(step);
     char part[160];
-    if (host_loss.defined()) {
-      const double val_loss = host_loss.item<double>() / static_cast<double>(n_batches_);
+    if (res.loss_sum.defined()) {
+      const double val_loss = res.loss_sum.item<double>() / static_cast<double>(n_batches_);
       std::snprintf(part, sizeof part, " | val loss %.4f over %lld batches", val_loss, static_cast<long long>(n_batches_));
       text += part;
       metric += ",\"val_loss\":" + std::to_string(val_loss);
     }
-    if (hellaswag.sums.defined()) {
-      const model::HellaSwagResult h = model::hellaswag_result(hellaswag_, hellaswag);
+    if (res.hellaswag.sums.defined()) {
+      const model::HellaSwagResult h = model::hellaswag_result(hellaswag_, res.hellaswag);
       std::snprintf(part, sizeof part, " | hellaswag acc_norm %.4f (acc %.4f, %lld items)", h.acc_norm(), h.acc(),
                     static_cast<long long>(h.n));
       text += part;
@@ -158,13 +183,13 @@ class Eval : public graph::Stage {
                     h.acc_norm(), h.acc(), static_cast<long long>(h.n));
       metric += part;
     }
-    if (loss_due) {
+    if (res.loss_due) {
       std::string sample;
-      if (host_ids.defined()) {
+      if (res.ids.defined()) {
         const auto& tok = datasets::Tokenizer::gpt2();
         std::vector<uint32_t> gen;
-        const auto* p = host_ids.data_ptr<int64_t>();
-        for (int64_t i = 0; i < host_ids.numel(); ++i)
+        const auto* p = res.ids.data_ptr<int64_t>();
+        for (int64_t i = 0; i < res.ids.numel(); ++i)
           if (p[i] < static_cast<int64_t>(tok.vocab_size())) gen.push_back(static_cast<uint32_t>(p[i]));
         sample = rc_.cfg.eval.prompt + tok.decode(gen);
       }
@@ -175,7 +200,6 @@ class Eval : public graph::Stage {
     rc_.log->metric(metric + "}");
   }
 
- private:
   // A host copy of t: a non-blocking copy into pinned memory on CUDA (complete at the next event).
   torch::Tensor to_host(const torch::Tensor& t) const {
     if (!t.is_cuda()) return t;
@@ -228,6 +252,7 @@ class Eval : public graph::Stage {
   torch::Tensor val_;  // undefined when [eval] every = 0 (HellaSwag only)
   int64_t n_batches_ = 0;
   datasets::HellaSwagSet hellaswag_;  // empty without [eval] hellaswag
+  std::unique_ptr<IdleThread> idle_;  // a CPU run's evaluations run there (initialize())
 };
 
 // Declared, with its options, in stages/catalog.cpp.

@@ -1,4 +1,4 @@
-// h2d: copies each batch's token window (B*T+1 uint16, pinned) to the GPU on a side stream,
+// h2d: copies each batch's rows ((B, T+1) uint16, pinned) to the GPU on a side stream,
 // without blocking the host, and hands train the copy's event to wait on (on its compute stream,
 // never on the host). The pinned buffer goes back to pack's pool from a CUDA host callback
 // enqueued after the copy, so it is rewritten only once the copy has read it and no host thread
@@ -34,15 +34,15 @@ class H2D : public graph::Stage {
   void process(graph::Item in, graph::Emitter& out) override {
     auto b = in.take<Batch>();
 #ifdef PIPELINE_HAVE_CUDA
-    if (stream_ && !b.tokens.is_cuda()) {
+    if (stream_ && !b.rows.is_cuda()) {
       c10::cuda::CUDAStreamGuard guard(*stream_);
       // Allocated on this stream; train records its own stream on it before reading.
-      auto dev = torch::empty(b.tokens.sizes(), b.tokens.options().device(rc_.device).pinned_memory(false));
-      dev.copy_(b.tokens, /*non_blocking=*/true);  // (B*T+1) uint16: 2 bytes a token
+      auto dev = torch::empty(b.rows.sizes(), b.rows.options().device(rc_.device).pinned_memory(false));
+      dev.copy_(b.rows, /*non_blocking=*/true);  // (B, T+1) uint16: 2 bytes a token
       b.ready = std::make_shared<model::DeviceEvent>();
       b.ready->record(*stream_);
       if (b.lease) release_after(std::move(b.lease), *stream_, callbacks_);
-      b.tokens = std::move(dev);
+      b.rows = std::move(dev);
     }
 #endif
     out.emit(std::move(b));

@@ -89,6 +89,8 @@ class Log : public graph::Stage {
                   static_cast<long long>(r.step), json_number(loss, "%.9g").c_str(), lr, json_number(norm, "%.5f").c_str(),
                   static_cast<long long>(r.tokens), tok_s, ms_step, elapsed);
     std::string metric = json;
+    // The hash of the step's set of rows (docs/data_order.md): two runs of one data order print the same.
+    metric += ",\"windows\":\"" + windows_hex(step_windows(r)) + "\"";
     if (v || updates != r.step) metric += ",\"updates\":" + std::to_string(updates);
     if (v) {
       std::snprintf(json, sizeof json, ",\"loss_z\":%.4f,\"norm_z\":%.4f,\"guard_skips\":%lld,\"guard_rollbacks\":%lld%s",

@@ -14,8 +14,8 @@ void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream, model
   callbacks.after(stream, [lease = std::move(lease)]() mutable { lease.reset(); });
 }
 
-WindowPool::WindowPool(int count, int64_t tokens, c10::Device device)
-    : gate_(std::make_shared<graph::ResourcePool>(count)), tokens_(tokens), device_(device) {
+WindowPool::WindowPool(int count, int64_t rows, int64_t cols, c10::Device device)
+    : gate_(std::make_shared<graph::ResourcePool>(count)), rows_(rows), cols_(cols), device_(device) {
   for (int i = 0; i < count; ++i) buffers_.push_back(fresh());
 }
 
@@ -24,7 +24,7 @@ torch::Tensor WindowPool::fresh() const {
   // The guard makes device_ current only for this allocation, and torch's guard does not create
   // a context on the device it restores.
   c10::OptionalDeviceGuard guard(pinned ? std::optional<c10::Device>(device_) : std::nullopt);
-  return torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16).pinned_memory(pinned));
+  return torch::empty({rows_, cols_}, torch::TensorOptions().dtype(torch::kUInt16).pinned_memory(pinned));
 }
 
 WindowPool::Window WindowPool::window(int index) {
@@ -50,7 +50,7 @@ WindowPool::Window WindowPool::overflow() {
   // Pageable, never pinned: pinning takes the driver's lock and can take milliseconds, and pack
   // runs on a TBB worker. The copy out of pageable memory is staged by the driver before the
   // copy call returns, so the buffer may go as soon as h2d lets go of it.
-  return Window{torch::empty({tokens_}, torch::TensorOptions().dtype(torch::kUInt16)), nullptr};
+  return Window{torch::empty({rows_, cols_}, torch::TensorOptions().dtype(torch::kUInt16)), nullptr};
 }
 
 }  // namespace pipeline::stages

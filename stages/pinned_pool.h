@@ -1,9 +1,9 @@
-// The host buffers token windows travel in: a fixed pool, pinned when training on CUDA, that
-// gates pack through the engine (graph::ResourcePool). pack is admitted an input only while a
-// buffer is free, writes each window straight into one, and the buffer comes back when the last
-// holder of its lease lets go: h2d hands its share to a CUDA host callback that runs once the
-// copy out of the buffer is done, so no host thread ever waits for that copy; on the CPU, train
-// lets go once it has widened the window.
+// The host buffers batches travel in, (B, T+1) uint16 rows each: a fixed pool, pinned when
+// training on CUDA, that gates pack through the engine (graph::ResourcePool). pack is admitted an
+// input only while a buffer is free, writes each batch's rows straight into one, and the buffer
+// comes back when the last holder of its lease lets go: h2d hands its share to a CUDA host
+// callback that runs once the copy out of the buffer is done, so no host thread ever waits for
+// that copy; on the CPU, train lets go once it has widened the rows.
 #pragma once
 
 #include <atomic>
@@ -41,13 +41,13 @@ void release_after(std::shared_ptr<WindowLease> lease, c10::Stream stream, model
 
 class WindowPool {
  public:
-  /// `count` buffers of `tokens` uint16 tokens each, page-locked when `device` is CUDA (made
+  /// `count` buffers of (rows, cols) uint16 tokens each, page-locked when `device` is CUDA (made
   /// with `device` current, so that the pinned memory belongs to its context and no thread
   /// creates one on GPU 0, whichever thread allocates: the overflow path runs on TBB's).
-  WindowPool(int count, int64_t tokens, c10::Device device);
+  WindowPool(int count, int64_t rows, int64_t cols, c10::Device device);
 
   struct Window {
-    torch::Tensor tokens;                // (tokens) uint16
+    torch::Tensor rows;                  // (rows, cols) uint16
     std::shared_ptr<WindowLease> lease;  // null for an overflow buffer
   };
   /// The buffer the engine reserved for the current invocation, for its first window; nullopt
@@ -71,7 +71,7 @@ class WindowPool {
   torch::Tensor fresh() const;
   std::shared_ptr<graph::ResourcePool> gate_;
   std::vector<torch::Tensor> buffers_;
-  int64_t tokens_;
+  int64_t rows_, cols_;
   c10::Device device_;
   std::atomic<int64_t> overflows_{0};
 };

@@ -35,6 +35,9 @@ class StepSync {
   /// After clipping: replaces loss and norm with their averages over the ranks (asynchronous; the
   /// wait is left to whoever reads r.loss, through wait_ready).
   virtual void average(torch::Tensor& loss, torch::Tensor& norm, StepResult& r) = 0;
+  /// Sums the step's row-set hash (r.windows) over the ranks into r.windows_parts, asynchronously
+  /// (r.windows_reduced; read through step_windows after wait_ready).
+  virtual void sum_windows(StepResult& r) = 0;
   /// At a checkpointed step: true on the writing rank (take the snapshot); the others hand it
   /// their cursor.
   virtual bool checkpoint_here(int64_t step, const DataCursor& cursor) = 0;

@@ -1,10 +1,15 @@
-// read_shards: the source of a training graph. Streams documents from the text shards of a
-// prepared dataset (zstd, decompressed incrementally), in order, from the run's resume position;
-// from Parquet files (a file, directory, glob or hub snapshot: datasets/parquet/parquet_reader.h, row
-// groups shuffled with the run's seed, decoded on the reader's own thread); or, with `mix`, from
-// several of these drawn by weight (reproducible and resumable). Documents
-// leave in chunks of about `chunk_bytes` of text (whole documents), one message per chunk, each
-// document marked with its place (for checkpoints that any number of ranks resumes).
+// read_shards: the source of a training graph. Reads documents from the text shards of a prepared
+// dataset, from Parquet files (a file, directory, glob or hub snapshot), or, with `mix`, from
+// several of these drawn by weight (reproducible and resumable). Documents leave in chunks of
+// about `chunk_bytes` of text (whole documents), one message per chunk.
+//
+// In the lanes order ([data] order = "lanes", docs/data_order.md) it reads this rank's lanes, each
+// its own units by random access, a chunk at a time from the neediest lane (stages/lane_reading.h);
+// a chunk is one lane's, and each document carries its place in the lane. In the documents order
+// it streams this rank's documents (d % W == r) from the run's resume position: shards
+// decompressed incrementally, Parquet row groups shuffled with the run's seed
+// (datasets/parquet/parquet_reader.h), each document marked with its place (for checkpoints that
+// any number of ranks resumes).
 #include <algorithm>
 #include <optional>
 
@@ -12,6 +17,7 @@
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "graph/stage.h"
+#include "stages/lane_reading.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -39,10 +45,12 @@ datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& 
 }
 
 // About one batch of text per chunk (GPT-2 BPE averages about 4 bytes per token on English),
-// so that pack usually makes zero or one batch per chunk.
+// so that pack usually makes zero or one batch per chunk; in the lanes order, about what one lane
+// gives a batch (lane_chunk_tokens), so that pack holds about a chunk per lane.
 size_t auto_chunk_bytes(const RunContext& rc) {
-  const int64_t bytes = 4 * rc.cfg.training.batch_size * rc.cfg.training.seq_len;
-  return static_cast<size_t>(std::clamp<int64_t>(bytes, 1 << 10, 1 << 20));
+  const auto tokens = rc.lanes ? static_cast<int64_t>(lane_chunk_tokens(rc))
+                               : rc.cfg.training.batch_size * rc.cfg.training.seq_len;
+  return static_cast<size_t>(std::clamp<int64_t>(4 * tokens, 1 << 10, 1 << 20));
 }
 
 class ReadShards : public graph::Stage {
@@ -54,6 +62,17 @@ class ReadShards : public graph::Stage {
     auto [dir, split] = source_dataset(rc_, ctx.options);
     const auto& mix = ctx.options.get_string_list("mix");
     const std::string& column = ctx.options.get_string("column");
+    if (rc_.lanes) {
+      std::vector<datasets::SourceSpec> sources;
+      if (mix.empty()) sources.push_back({dir.string(), 1.0});
+      for (const auto& e : mix) {
+        const auto src = parse_mix_entry(e, rc_, ctx.name);
+        sources.push_back({src.dir.string(), src.weight});
+      }
+      lanes_.emplace(rc_, sources, LaneReadOptions{split, column, ctx.options.get_bool("shuffle")},
+                     datasets::UnitContent::documents, ctx.name);
+      return;
+    }
     if (mix.empty()) {
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
@@ -85,6 +104,13 @@ class ReadShards : public graph::Stage {
 
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested()) return false;
+    if (lanes_) {
+      TextChunk chunk;
+      chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);
+      if (!lanes_->next_documents(chunk, chunk_bytes_)) return false;
+      out.emit(std::move(chunk));
+      return true;
+    }
     TextChunk chunk;
     chunk.pos = position();
     chunk.text.reserve(chunk_bytes_ + chunk_bytes_ / 4);
@@ -133,6 +159,7 @@ class ReadShards : public graph::Stage {
   datasets::TextDatasetReader reader_;
   std::optional<datasets::ParquetDocumentReader> parquet_;
   std::optional<datasets::MixedDocumentReader> mixed_;
+  std::optional<LaneReader> lanes_;  // the lanes order
 };
 
 // Declared, with its options, in stages/catalog.cpp.

@@ -1,9 +1,15 @@
-// read_tokens: a source that replaces read_shards + tokenize. Streams pre-tokenized uint16 ids
-// from the token shards of a prepared dataset (`pipeline prepare --tokens`). By default a chunk
-// holds one batch's worth of tokens (B*T), so that each chunk completes about one window of
-// pack's pool and pack's buffers, not overflow ones, carry the windows (stages/pack.cpp).
+// read_tokens: a source that replaces read_shards + tokenize. Reads pre-tokenized uint16 ids from
+// the token shards of a prepared dataset (`pipeline prepare --tokens`) or from llm.c shards. In
+// the lanes order ([data] order = "lanes") it reads this rank's lanes, a chunk at a time from the
+// neediest (stages/lane_reading.h), a chunk of about what one lane gives a batch. In the documents
+// order it streams this rank's share, a chunk of one batch's worth of tokens (B*T) by default, so
+// that each chunk completes about one batch and pack's buffers, not overflow ones, carry them
+// (stages/pack.cpp).
+#include <optional>
+
 #include "datasets/sources/dataset_reader.h"
 #include "graph/stage.h"
+#include "stages/lane_reading.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
@@ -14,9 +20,19 @@ class ReadTokens : public graph::Stage {
   explicit ReadTokens(const graph::StageContext& ctx)
       : rc_(run_context(ctx)) {
     const auto chunk = ctx.options.get_int_or_auto("chunk_tokens");
-    chunk_ = static_cast<size_t>(chunk ? *chunk : rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
+    chunk_ = chunk ? static_cast<size_t>(*chunk)
+         : rc_.lanes ? lane_chunk_tokens(rc_)
+                     : static_cast<size_t>(rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
     auto [dir, split] = source_dataset(rc_, ctx.options);
+    if (rc_.lanes) {
+      lanes_.emplace(rc_, std::vector<datasets::SourceSpec>{{dir.string(), 1.0}},
+                     LaneReadOptions{split, "text", ctx.options.get_bool("shuffle"),
+                                     static_cast<uint64_t>(ctx.options.get_int("llmc_unit_tokens"))},
+                     datasets::UnitContent::tokens,
+                     ctx.name);
+      return;
+    }
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
     reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
@@ -25,6 +41,11 @@ class ReadTokens : public graph::Stage {
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested()) return false;
     TokenChunk c;
+    if (lanes_) {
+      if (!lanes_->next_tokens(c, chunk_)) return false;
+      out.emit(std::move(c));
+      return true;
+    }
     c.pos.pos = reader_.position();
     c.tokens.resize(chunk_);
     size_t n = reader_.read(c.tokens, &c.marks);
@@ -38,6 +59,7 @@ class ReadTokens : public graph::Stage {
   RunContext& rc_;
   size_t chunk_ = 0;
   datasets::TokenDatasetReader reader_;
+  std::optional<LaneReader> lanes_;  // the lanes order
 };
 
 // Declared, with its options, in stages/catalog.cpp.

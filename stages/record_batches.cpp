@@ -3,10 +3,12 @@
 // RUN_DIR/batches.rank<R>.u16 for data-parallel rank R. The file holds uint16 ids in native byte
 // order (little-endian on x86 and ARM), B*T per batch (x, row by row), in training order, and only
 // the run's steps * grad_accum batches (pack reads ahead of training; the batches past the last
-// step are not recorded). With `last_target = true` the file ends with one token more: the last
-// batch's last target (its window's token B*T), so that the file is the whole token stream trained
-// on, inputs and targets: batch i's y is tokens [i*B*T + 1, (i+1)*B*T + 1) (tools/parity_train.py
-// replays a run from it). A resumed run cuts the file back to the batches before its checkpoint and
+// step are not recorded). In the documents order a batch's rows are cut from one window of
+// B*T+1 tokens, and with `last_target = true` the file ends with one token more: the last batch's
+// last target (its last row's last token), so that the file is the whole token stream trained on,
+// inputs and targets: batch i's y is tokens [i*B*T + 1, (i+1)*B*T + 1) (tools/parity_train.py
+// replays a run from it). In the lanes order rows are no stream, and last_target is refused. A
+// resumed run cuts the file back to the batches before its checkpoint and
 // goes on from there, so a finished run's file is its token stream, interruptions or not (an
 // interrupted run's may end with batches read ahead of its last step). Insert it after pack (on
 // host tensors), e.g.
@@ -36,6 +38,10 @@ class RecordBatches : public graph::Stage {
     const int64_t batch_bytes = t.batch_size * t.seq_len * static_cast<int64_t>(sizeof(uint16_t));
     end_index_ = t.steps * t.grad_accum;
     last_target_ = ctx.options.get_bool("last_target");
+    if (last_target_ && rc_.cfg.data.order != "documents")
+      throw std::invalid_argument("[stages." + ctx.name + "] last_target = true records a token stream, which only [data] order = "
+                                  "\"documents\" trains on (its rows are cut from one window); this run's order is \"" +
+                                  rc_.cfg.data.order + "\"");
     // Keep what was trained before the checkpoint this run starts from; drop what came after it.
     const auto keep = static_cast<std::uintmax_t>(rc_.start_step * t.grad_accum * batch_bytes);
     std::error_code ec;
@@ -56,15 +62,16 @@ class RecordBatches : public graph::Stage {
     // After h2d the window is on the device, written on h2d's stream: wait for that copy (a host
     // wait, on this thread; the copy back runs on this thread's stream, which does not know of
     // h2d's), with the run's device current for the CUDA calls.
-    c10::OptionalDeviceGuard guard(b.tokens.is_cuda() ? std::optional<c10::Device>(b.tokens.device()) : std::nullopt);
+    c10::OptionalDeviceGuard guard(b.rows.is_cuda() ? std::optional<c10::Device>(b.rows.device()) : std::nullopt);
     if (b.ready) out.add_device_wait(b.ready->wait());
-    // x: the window's first B*T tokens (a copy only when on the device), and after the last batch
-    // its last target too when asked.
-    const int64_t n = b.B * b.T + (last_target_ && b.index == end_index_ - 1 ? 1 : 0);
-    auto x = b.tokens.narrow(0, 0, n).to(torch::kCPU).to(torch::kInt32).contiguous();
-    const int32_t* p = x.data_ptr<int32_t>();
-    ids_.resize(static_cast<size_t>(x.numel()));
-    for (size_t i = 0; i < ids_.size(); ++i) ids_[i] = static_cast<uint16_t>(p[i]);
+    // x: rows[:, :T], row by row, and after the last batch its last target too when asked (the
+    // last row's last token).
+    auto rows = b.rows.to(torch::kCPU).to(torch::kInt32).contiguous();  // (B, T+1)
+    const int32_t* p = rows.data_ptr<int32_t>();
+    ids_.clear();
+    for (int64_t r = 0; r < b.B; ++r)
+      for (int64_t t = 0; t < b.T; ++t) ids_.push_back(static_cast<uint16_t>(p[r * (b.T + 1) + t]));
+    if (last_target_ && b.index == end_index_ - 1) ids_.push_back(static_cast<uint16_t>(p[b.B * (b.T + 1) - 1]));
     if (std::fwrite(ids_.data(), sizeof(uint16_t), ids_.size(), file_) != ids_.size() || std::fflush(file_) != 0)
       throw std::runtime_error(path_ + ": write failed");
     out.emit_item(std::move(in));

@@ -42,6 +42,12 @@ struct DataSection {
   std::string train_split = "train";
   std::string val_split = "val";
   bool loop = true;                   // wrap around to the next epoch at the end of the data
+  /// lanes: K lanes, each its own units in the seed's order, rank r serving lanes r, r+W, ...: the
+  /// same rows every step whatever the number of ranks (docs/data_order.md). documents: rank r
+  /// keeps documents d with d % W == r and cuts one window of B*T+1 tokens a micro-batch (the order
+  /// of every run before lanes, which their checkpoints keep).
+  std::string order = "lanes";
+  int64_t lanes = 0;                  // K (0: auto, the datasets layer's rule)
 };
 
 /// Data steps FROM..TO (1-based, inclusive, as metrics.jsonl numbers them).

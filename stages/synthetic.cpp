@@ -1,11 +1,13 @@
 // synthetic: random tokens of the configured shape, replacing the whole input side, to measure
-// compute alone. A few distinct windows of B*T+1 uint16 tokens (pinned on CUDA, as pack's are)
+// compute alone. A few distinct batches of (B, T+1) uint16 rows (pinned on CUDA, as pack's are)
 // are made up front and emitted in turn, so the source costs next to nothing per item; they are
 // never rewritten, so no copy out of them needs fencing.
 #include <c10/core/DeviceGuard.h>
 
 #include <optional>
+#include <span>
 
+#include "datasets/lanes/row_hash.h"
 #include "graph/stage.h"
 #include "stages/types.h"
 
@@ -22,22 +24,28 @@ class Synthetic : public graph::Stage {
     // is made on GPU 0 (this runs on the thread that builds the graph).
     c10::OptionalDeviceGuard guard(rc_.device.is_cuda() ? std::optional<c10::Device>(rc_.device) : std::nullopt);
     for (int64_t i = 0; i < distinct; ++i) {
-      auto buf = torch::randint(0, rc_.model.vocab_size, {B * T + 1}, gen, torch::kInt64);  // (B*T+1)
-      auto window = buf.to(torch::kUInt16);  // (B*T+1)
-      pool_.push_back(rc_.device.is_cuda() ? window.pin_memory() : window);
+      auto buf = torch::randint(0, rc_.model.vocab_size, {B, T + 1}, gen, torch::kInt64);  // (B, T+1)
+      auto rows = buf.to(torch::kUInt16);  // (B, T+1)
+      hashes_.push_back(datasets::rows_hash(std::span<const uint16_t>(static_cast<const uint16_t*>(rows.data_ptr()),
+                                                                      static_cast<size_t>(rows.numel())),
+                                            static_cast<size_t>(T + 1)));
+      pool_.push_back(rc_.device.is_cuda() ? rows.pin_memory() : rows);
     }
-    next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
+    next_index_ = first_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
   }
 
   bool produce(graph::Emitter& out) override {
     if (out.stop_requested()) return false;
     auto B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
-    const auto& buf = pool_[static_cast<size_t>(next_index_) % pool_.size()];
+    const size_t which = static_cast<size_t>(next_index_) % pool_.size();
+    const auto& buf = pool_[which];
     Batch b;
-    b.tokens = buf;  // (B*T+1) uint16
+    b.rows = buf;  // (B, T+1) uint16
+    b.windows = hashes_[which];
     b.B = B;
     b.T = T;
     b.index = next_index_++;
+    b.data_step = rc_.start_data_step + (b.index - first_index_) / rc_.cfg.training.grad_accum;
     b.after = DataCursor{};
     out.emit(std::move(b));
     return true;
@@ -46,7 +54,8 @@ class Synthetic : public graph::Stage {
  private:
   RunContext& rc_;
   std::vector<torch::Tensor> pool_;
-  int64_t next_index_ = 0;
+  std::vector<uint64_t> hashes_;  // each batch's row hashes, summed (datasets/lanes/row_hash.h)
+  int64_t next_index_ = 0, first_index_ = 0;
 };
 
 // Declared, with its options, in stages/catalog.cpp.

@@ -1,7 +1,7 @@
 // train: forward and loss under bf16 autocast, backward, gradient clipping, AdamW step with the
 // warmup + cosine schedule, gradient accumulation to the global batch. Runs on a thread of its
 // own (CUDA stream, autocast and grad mode are thread-local). On CUDA a step makes no host sync:
-// it waits for the batch's copy event on its own stream, widens the uint16 window there, and the
+// it waits for the batch's copy event on its own stream, widens the uint16 rows there, and the
 // loss and gradient norm leave the device through a non-blocking copy into pinned memory with an
 // event that log waits on. Events around forward, backward and the step time them on the
 // device; log reads them once the step is done. With [training] cuda_graph, forward+backward and
@@ -17,7 +17,10 @@
 // the weights, the optimizer and the detector back to the newest checkpoint from before it,
 // in place, while the data goes on: the steps since that checkpoint, and up to rollback_skip from
 // it, are read but not trained on, as are [training.guard] skip_steps. `step` counts data steps
-// (trained or not); [training] steps counts updates.
+// (trained or not: step n trains the batches of Batch::data_step n - 1); [training] steps counts
+// updates. The data is not read again after a rollback: a data step's rows are fixed by the data
+// order alone (either order), so going on reads what a run that skipped those steps reads, and
+// the next checkpoint's cursors (lane cursors too) are that run's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -148,6 +151,7 @@ class Train : public graph::Stage {
     step_ = rc_.start_step;
     cursor_ = rc_.start;
     step_cursor_ = rc_.start;
+    next_data_step_ = step_data_step_ = rc_.start_data_step;
     autocast_ = cfg.training.dtype == "bf16";
     // Checkpoint snapshots go into buffers allocated now, once (model/checkpoint/snapshot.h).
     if (cfg.checkpoint.every > 0 || cfg.checkpoint.at_end) snapshots_ = std::make_unique<model::SnapshotPool>(model_, opt_.get());
@@ -177,9 +181,15 @@ class Train : public graph::Stage {
     if (micro_ == 0) {
       begin_step(out);
       if (done_) return;  // the guard stopped the run
+      // Data is skipped by the data step the batch carries (the data order's own count, the same
+      // in both orders and across resumes), numbered from 1 as steps are.
+      const int64_t data_step = in.get<Batch>().data_step + 1;
+      if (data_step != step_ + 1)
+        throw std::logic_error("train: a batch of data step " + std::to_string(data_step) + " arrived for step " +
+                               std::to_string(step_ + 1) + " (steps count the data read)");
       const bool was_dropping = dropping_;
-      dropping_ = watch_.skips_data(step_ + 1);
-      if (dropping_ && !was_dropping) announce_dropped();
+      dropping_ = watch_.skips_data(data_step);
+      if (dropping_ && !was_dropping) announce_dropped(data_step);
     }
     if (dropping_) return drop(in.take<Batch>());
     const auto accum = rc_.cfg.training.grad_accum;
@@ -191,15 +201,17 @@ class Train : public graph::Stage {
       timing_->stage = name_;
     }
     PhaseClock clock(rc_.device, *timing_, timing_events_);
-    torch::Tensor tokens = on_device(b);  // (B*T+1) uint16, readable on this thread's stream
+    torch::Tensor rows = on_device(b);  // (B, T+1) uint16, readable on this thread's stream
     if (graphs_) {
       clock.begin("fwd_bwd", "forward+backward (CUDA graph)");
-      graphs_->micro_batch(tokens, micro_);
+      graphs_->micro_batch(rows, micro_);
       clock.end();
     } else {
-      forward_backward(tokens, b, clock, last_micro_batch);
+      forward_backward(rows, b, clock, last_micro_batch);
     }
     cursor_ = b.after;
+    windows_ += b.windows;  // mod 2^64
+    next_data_step_ = b.data_step + 1;
     if (++micro_ < rc_.cfg.training.grad_accum) return;
     micro_ = 0;
     step(out, clock);
@@ -257,20 +269,22 @@ class Train : public graph::Stage {
     }
   }
 
-  // A micro-batch of a data step that is read but not trained on (skip_steps, a rollback's range).
+  // A micro-batch of a data step that is read but not trained on (skip_steps, a rollback's range):
+  // its rows are consumed, so the data goes on where a run that trained them would be.
   void drop(Batch b) {
     b.lease.reset();
     cursor_ = b.after;
+    next_data_step_ = b.data_step + 1;
     if (++micro_ < rc_.cfg.training.grad_accum) return;
     micro_ = 0;
     ++step_;
     step_cursor_ = cursor_;
+    step_data_step_ = next_data_step_;
     rc_.last_step.store(step_);
   }
 
-  // Once per range of dropped steps (and at a resume inside one).
-  void announce_dropped() {
-    const int64_t next = step_ + 1;
+  // Once per range of dropped steps (and at a resume inside one), from data step `next`.
+  void announce_dropped(int64_t next) {
     const StepRange r = watch_.skipped_range(next);
     rc_.log->print(name_ + ": data steps " + range_text({next, r.last}) + " are read but not trained on (" +
                    (watch_.abandoned(next) ? "a rollback's skipped data" : "[training.guard] skip_steps") + ")");
@@ -405,32 +419,32 @@ class Train : public graph::Stage {
     return buf;
   }
 
-  // The batch's window where this thread's stream can read it.
+  // The batch's rows where this thread's stream can read them.
   torch::Tensor on_device(Batch& b) {
 #ifdef PIPELINE_HAVE_CUDA
     if (stream_) {
       if (b.ready) {
         // Order h2d's copy before our kernels on the device; the host does not wait.
         b.ready->block(*stream_);
-        // The window was allocated on h2d's stream: keep the allocator from reusing it while this
-        // stream may still read it.
-        b.tokens.record_stream(*stream_);
-      } else if (!b.tokens.is_cuda()) {
+        // The rows were allocated on h2d's stream: keep the allocator from reusing them while this
+        // stream may still read them.
+        b.rows.record_stream(*stream_);
+      } else if (!b.rows.is_cuda()) {
         // No h2d stage: copy here, on this stream, and give the buffer back once the copy is done.
-        auto dev = b.tokens.to(rc_.device, /*non_blocking=*/true);
+        auto dev = b.rows.to(rc_.device, /*non_blocking=*/true);
         if (b.lease) release_after(std::move(b.lease), *stream_, callbacks_);
         return dev;
       }
     }
 #endif
-    return b.tokens;
+    return b.rows;
   }
 
-  void forward_backward(const torch::Tensor& tokens, Batch& b, PhaseClock& clock, bool last_micro_batch) {
+  void forward_backward(const torch::Tensor& rows, Batch& b, PhaseClock& clock, bool last_micro_batch) {
     const auto accum = rc_.cfg.training.grad_accum;
     clock.begin("fwd", "forward");
-    auto [x, y] = batch_inputs(tokens, b.B, b.T);  // (B, T) int64 each, widened on this stream
-    b.lease.reset();  // on the CPU the window has been read: its buffer goes back to pack now
+    auto [x, y] = batch_inputs(rows, b.B, b.T);  // (B, T) int64 each, widened on this stream
+    b.lease.reset();  // on the CPU the rows have been read: their buffer goes back to pack now
     torch::Tensor loss;
     {
       model::AutocastGuard autocast(rc_.device.type(), autocast_);
@@ -476,6 +490,7 @@ class Train : public graph::Stage {
     clock.end();
     ++step_;
     step_cursor_ = cursor_;
+    step_data_step_ = next_data_step_;
     if (cfg.training.cuda_graph && !graphs_ && step_ - rc_.start_step >= kGraphWarmupSteps)
       graphs_ = std::make_unique<model::CapturedStep>(
           model_, *opt_,
@@ -486,7 +501,11 @@ class Train : public graph::Stage {
     r.tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.training.grad_accum * rc_.partition.world;  // all ranks
     r.lr = lr;
     r.cursor = cursor_;
+    r.data_step = next_data_step_ - 1;
+    r.windows = windows_;
+    windows_ = 0;
     r.timing = std::move(timing_);
+    if (sync_) sync_->sum_windows(r);  // the step's rows: every rank's
     const bool asked = checkpoint_asked();  // SIGUSR1: this step, whatever the schedule says
     const bool periodic = cfg.checkpoint.every > 0 && step_ % cfg.checkpoint.every == 0;
     if (guard_) {
@@ -555,7 +574,12 @@ class Train : public graph::Stage {
   std::shared_ptr<const model::CheckpointState> snapshot() {
     if (guard_ && watch_.unread() != 0)
       throw std::logic_error("train: a snapshot with " + std::to_string(watch_.unread()) + " verdicts unread");
-    std::string meta = "{\"step\":" + std::to_string(step_) + ",\"cursor\":" + step_cursor_.to_json() +
+    // The data order, and in the lanes order K and the step's rows (runner/lane_setup.h reads them back).
+    const std::string order = rc_.lanes ? ",\"order\":\"lanes\",\"lanes\":" + std::to_string(rc_.lanes->lanes) +
+                                              ",\"rows\":" + std::to_string(rc_.lanes->step_rows)
+                                        : std::string(",\"order\":\"documents\"");
+    std::string meta = "{\"step\":" + std::to_string(step_) + ",\"data_step\":" + std::to_string(step_data_step_) + order +
+                       ",\"cursor\":" + step_cursor_.to_json() +
                        ",\"seed\":" + std::to_string(rc_.cfg.run.seed) + ",\"grad_accum\":" +
                        std::to_string(rc_.cfg.training.grad_accum) + ",\"model\":" + rc_.model.to_json() +
                        ",\"guard\":" + watch_.record().to_json() + "}";
@@ -623,6 +647,9 @@ class Train : public graph::Stage {
   torch::Tensor loss_sum_;
   std::shared_ptr<StepTiming> timing_;  // the step being issued
   DataCursor cursor_, step_cursor_;
+  // The data step after the last batch taken, and after the last step completed (a checkpoint's).
+  int64_t next_data_step_ = 0, step_data_step_ = 0;
+  uint64_t windows_ = 0;  // the row hashes of the step's micro-batches so far, summed mod 2^64
   std::unique_ptr<StepSync> sync_;  // data parallel only
   model::HostCallbacks callbacks_;   // pinned buffers given back after train's own copies (no h2d)
   // Per-step objects, reused rather than made and destroyed every step (model/device/reuse_pool.h).

@@ -94,6 +94,11 @@ std::string SourcePosition::str() const {
 }
 
 std::string DataCursor::to_json(bool with_done) const {
+  if (lane_order) {
+    std::string out = "{\"lanes\":[";
+    for (size_t i = 0; i < lanes.size(); ++i) out += (i ? "," : "") + json_quote(lanes[i].str());
+    return out + "]}";
+  }
   std::string out = position_json(pos.pos);
   out.pop_back();
   if (pos.mixed) {
@@ -110,6 +115,19 @@ std::string DataCursor::to_json(bool with_done) const {
 DataCursor DataCursor::from_json(const JsonValue& v) {
   if (v.type != JsonValue::Type::object) throw std::runtime_error("data cursor: expected an object");
   DataCursor c;
+  if (const JsonValue* lanes = v.find("lanes")) {  // the lanes order
+    if (lanes->type != JsonValue::Type::array)
+      throw std::runtime_error("data cursor: \"lanes\" (byte offset " + std::to_string(lanes->offset) +
+                               "): expected an array of lane cursors");
+    c.lane_order = true;
+    for (const auto& l : lanes->items) {
+      if (l.type != JsonValue::Type::string)
+        throw std::runtime_error("data cursor: \"lanes\" (byte offset " + std::to_string(l.offset) +
+                                 "): expected a lane cursor as a string, \"lane=L draws=D tokens=T units=N items=I\"");
+      c.lanes.push_back(datasets::LaneCursor::parse(l.text));  // DatasetError naming the key
+    }
+    return c;
+  }
   c.pos.pos = position_from_json(v);
   c.skip = cursor_number(v, "skip");
   if (auto m = v.find("mix")) {
@@ -130,19 +148,34 @@ DataCursor DataCursor::from_json(const JsonValue& v) {
 
 std::chrono::nanoseconds wait_ready(const StepResult& r) {
   std::chrono::nanoseconds waited = r.done ? r.done->wait() : std::chrono::nanoseconds(0);
-  if (r.reduced) {  // data parallel on the CPU: the all-reduce of loss and norm
+  for (const auto& work : {r.reduced, r.windows_reduced}) {  // data parallel: the all-reduces of the step's figures
+    if (!work) continue;
     const auto t0 = std::chrono::steady_clock::now();
-    r.reduced->wait();
+    work->wait();
     waited += std::chrono::steady_clock::now() - t0;
   }
   return waited;
 }
 
-std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T) {
-  TORCH_CHECK(tokens.dim() == 1 && tokens.size(0) == B * T + 1, "batch: expected a window of B*T+1 = ", B * T + 1,
-              " tokens, got ", tokens.sizes());
-  auto ids = tokens.to(torch::kInt64);  // (B*T+1)
-  return {ids.narrow(0, 0, B * T).view({B, T}), ids.narrow(0, 1, B * T).view({B, T})};  // (B, T) each
+uint64_t step_windows(const StepResult& r) {
+  if (!r.windows_parts.defined()) return r.windows;
+  // Each half summed as int64 over at most 2^31 ranks cannot overflow; recombined mod 2^64.
+  const auto* p = r.windows_parts.data_ptr<int64_t>();
+  return static_cast<uint64_t>(p[0]) + (static_cast<uint64_t>(p[1]) << 32);
+}
+
+std::string windows_hex(uint64_t windows) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(windows));
+  return buf;
+}
+
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& rows, int64_t B, int64_t T) {
+  TORCH_CHECK(rows.dim() == 2 && rows.size(0) == B && rows.size(1) == T + 1, "batch: expected (B, T+1) = (", B, ", ",
+              T + 1, ") rows, got ", rows.sizes());
+  auto ids = rows.to(torch::kInt64);  // (B, T+1)
+  // Contiguous, as the model's input and the loss's targets were when they were views of one window.
+  return {ids.narrow(1, 0, T).contiguous(), ids.narrow(1, 1, T).contiguous()};  // (B, T) each
 }
 
 std::vector<std::pair<std::string, double>> StepTiming::phase_ms() const {

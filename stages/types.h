@@ -5,9 +5,9 @@
 //   read_shards ─TextChunk─▶ tokenize ─TokenChunk─▶ pack ─Batch─▶ h2d ─Batch─▶ train ─StepResult─▶ log/eval/checkpoint
 //   read_tokens ─TokenChunk─▶ ...            synthetic ─Batch─▶ ...
 //
-// A Batch travels as one window of B*T+1 uint16 tokens (2 bytes a token), written by pack
-// straight into a pooled host buffer (pinned on CUDA); train widens it to int64 and takes x and
-// y as two views, on its own stream. h2d keeps the Batch type, so a CPU graph may leave it out.
+// A Batch travels as B rows of T+1 uint16 tokens (2 bytes a token), written by pack straight into
+// a pooled host buffer (pinned on CUDA); train widens them to int64 and takes x = rows[:, :T] and
+// y = rows[:, 1:], on its own stream. h2d keeps the Batch type, so a CPU graph may leave it out.
 #pragma once
 
 #include <torch/torch.h>
@@ -24,9 +24,12 @@
 #include <string_view>
 #include <vector>
 
+#include "datasets/lanes/lane_demand.h"
+#include "datasets/plan/lane_cursor.h"
+#include "datasets/plan/partition.h"
 #include "datasets/sources/dataset_mix.h"
 #include "datasets/sources/dataset_reader.h"
-#include "datasets/plan/partition.h"
+#include "datasets/units/catalog.h"
 #include "base/json.h"
 #include "graph/stage.h"
 #include "model/checkpoint/checkpoint.h"
@@ -47,7 +50,9 @@ struct SourcePosition {
   std::string str() const;
 };
 
-/// Where the token stream continues, in two forms.
+/// Where the data continues. In the lanes order ([data] order = "lanes"): where each of this
+/// rank's lanes goes on (`lanes`, datasets/plan/lane_cursor.h); the fields below are unused. In
+/// the documents order, where the token stream continues, in two forms.
 ///   - This rank's: open the reader at `pos`, then drop the first `skip` tokens it yields (tokens
 ///     of a document or chunk that an earlier batch already used). Only for this rank's partition.
 ///   - Every rank's alike (datasets/plan/partition.h): `next`, the document and token this rank's
@@ -63,7 +68,10 @@ struct DataCursor {
   datasets::Frontier next;
   bool by_shard = false;  // the partition dealt shards (Parquet row groups), not documents
   std::shared_ptr<const datasets::DataProgress> done;
+  bool lane_order = false;                   // the lanes order: `lanes` says it all
+  std::vector<datasets::LaneCursor> lanes;   // this rank's lanes, in the order it serves them
   /// `with_done`: include `done` ("earlier"), which one rank's cursor in a checkpoint carries.
+  /// The lanes order: {"lanes":["lane=0 ...", ...]}.
   std::string to_json(bool with_done = true) const;
   static DataCursor from_json(const JsonValue& v);  // throws std::runtime_error naming the field
 };
@@ -71,13 +79,19 @@ struct DataCursor {
 /// Whole documents read from text shards, concatenated: document i is text[ends[i-1], ends[i]).
 /// One message carries many small documents (about [stages.read] chunk_bytes of text), so the
 /// per-message cost of the flow graph is paid per chunk, not per document. `pos` is the reader
-/// position before the first document.
+/// position before the first document (the documents order).
 struct TextChunk {
   std::string text;
   std::vector<uint32_t> ends;  // end offset of each document in `text`
   /// One per document, in order: its place, and the tokens of it to drop (an earlier run's).
   std::vector<datasets::DocMark> marks;
   SourcePosition pos;
+  /// The lanes order: every document is lane `lane`'s (-1: the documents order), each with its
+  /// place in the lane (one per document), and the reader's estimate of their tokens
+  /// (datasets/lanes/lane_demand.h), which pack hands back when it receives them.
+  int64_t lane = -1;
+  std::vector<datasets::LanePlace> places;
+  uint64_t estimate = 0;
   size_t documents() const { return ends.size(); }
   std::string_view document(size_t i) const {
     size_t begin = i ? ends[i - 1] : 0;
@@ -95,28 +109,43 @@ struct TokenChunk {
   /// the stream is (DataCursor::next).
   std::vector<datasets::DocMark> marks;
   SourcePosition pos;
+  /// The lanes order: every token is lane `lane`'s (-1: the documents order), in pieces: piece i
+  /// is tokens [ends[i-1], ends[i]) with place places[i] (a whole document of a text source, with
+  /// its <|endoftext|> first; a run of one unit's tokens of a token source); `content` says which.
+  int64_t lane = -1;
+  std::vector<datasets::LanePlace> places;
+  std::vector<uint32_t> ends;
+  datasets::UnitContent content = datasets::UnitContent::tokens;
+  uint64_t estimate = 0;  // the reader's estimate of its tokens (TextChunk::estimate)
 };
 
 class WindowLease;  // stages/pinned_pool.h
 
-/// B windows of T+1 tokens, as the one window of B*T+1 consecutive tokens they are cut from:
-/// x = tokens[0:B*T] and y = tokens[1:B*T+1], viewed as (B, T) (see batch_inputs). The next
-/// batch starts B*T tokens later.
+/// B rows of T+1 tokens: x = rows[:, :T] and y = rows[:, 1:] (see batch_inputs). In the lanes
+/// order each row is one lane's next row (docs/data_order.md); in the documents order the rows are
+/// cut from one window of B*T+1 consecutive tokens, row b its tokens [b*T, b*T+T], so that
+/// consecutive rows share a token and x and y are those of the window, as before rows.
 struct Batch {
-  torch::Tensor tokens;  // (B*T+1) uint16: host after pack (pinned on CUDA), device after h2d
+  torch::Tensor rows;  // (B, T+1) uint16: host after pack (pinned on CUDA), device after h2d
   int64_t B = 0, T = 0;
-  int64_t index = 0;                  // micro-batch number since the start of the run (0-based)
+  int64_t index = 0;      // micro-batch number since the start of the run (0-based)
+  /// The optimizer step whose data this is, 0 for the run's first step, counted on across resumes
+  /// and never reset (a step whose data is skipped still counts): the data order's step.
+  int64_t data_step = 0;
+  /// The sum, mod 2^64, of the row hash of each of its rows (datasets/plan: row_hash): a step's
+  /// "windows" in metrics.jsonl is the sum over its micro-batches and ranks.
+  uint64_t windows = 0;
   DataCursor after;                   // where the data continues after this batch
-  /// The pooled host buffer `tokens` was written into: it goes back to pack's pool when the last
+  /// The pooled host buffer `rows` was written into: it goes back to pack's pool when the last
   /// holder lets go (h2d hands its share to a callback that runs once its copy is done).
   std::shared_ptr<WindowLease> lease;
-  /// After h2d: the copy's event, which the compute stream waits on before reading `tokens`.
+  /// After h2d: the copy's event, which the compute stream waits on before reading `rows`.
   std::shared_ptr<model::DeviceEvent> ready;
 };
 
-/// x and y, (B, T) int64 each, on `tokens`' device and the calling thread's current stream:
-/// one widening cast of the window and two views of the result.
-std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& tokens, int64_t B, int64_t T);
+/// x and y, (B, T) int64 each and contiguous, on `rows`' device and the calling thread's current
+/// stream: one widening cast of the (B, T+1) rows, then x = rows[:, :T] and y = rows[:, 1:].
+std::pair<torch::Tensor, torch::Tensor> batch_inputs(const torch::Tensor& rows, int64_t B, int64_t T);
 
 /// Weights handed to eval: device copies of the parameters, taken on the training stream before
 /// the step's `done` event was recorded (eval orders its stream after that event).
@@ -160,6 +189,13 @@ struct StepResult {
   std::shared_ptr<model::DeviceEvent> done;  // CUDA, or null when loss/norm are ready
   std::shared_ptr<const StepTiming> timing;  // null for a checkpoint-only result
   std::shared_ptr<dist::Work> reduced;  // data parallel on the CPU: the all-reduce averaging them
+  int64_t data_step = 0;  // the data step of its batches (Batch::data_step)
+  /// The hash of the step's set of rows: the sum, mod 2^64, of the row hash of every row the
+  /// step trained on (Batch::windows), this rank's; with several ranks, every rank's once
+  /// `windows_reduced` completed (read it with step_windows, after wait_ready).
+  uint64_t windows = 0;
+  torch::Tensor windows_parts;                   // data parallel: (2,) int64, host: low and high 32 bits, summed over the ranks
+  std::shared_ptr<dist::Work> windows_reduced;   // that sum
   std::chrono::steady_clock::time_point issued;  // when train finished issuing the step
   bool last = false;
   std::shared_ptr<const EvalWeights> eval;                  // at evaluation steps (EvalSection)
@@ -168,8 +204,12 @@ struct StepResult {
 };
 
 /// Blocks (sleeping) until a StepResult's loss and norm are on the host and, with several ranks,
-/// averaged; returns the time waited (zero on one CPU process).
+/// averaged (and its windows summed); returns the time waited (zero on one CPU process).
 std::chrono::nanoseconds wait_ready(const StepResult& r);
+/// The step's row-set hash over every rank (StepResult::windows), after wait_ready.
+uint64_t step_windows(const StepResult& r);
+/// A row-set hash as metrics.jsonl writes it: 16 lowercase hex digits.
+std::string windows_hex(uint64_t windows);
 
 /// Serialized writes of progress lines and metrics from several stages, and the run directory's
 /// own log: RUN_DIR/run.log holds every line printed (and every error line), so that what a
@@ -225,6 +265,22 @@ class RunLog {
 
 class Ranks;  // stages/ranks.h
 
+/// The lanes order of a run ([data] order = "lanes", docs/data_order.md): what the run layer
+/// decided (K, the step's rows, this rank's lanes and where they start) and what the read stage
+/// and pack share: the demand board (which lane to read next), and, on a fresh run, the start
+/// cursors, which the read stage makes once it has opened the data (it knows its sources).
+struct LaneSession {
+  uint32_t lanes = 0;       // K
+  uint64_t step_rows = 0;   // N = B x grad_accum x W, the rows of one optimizer step
+  uint32_t rank = 0, world = 1;
+  std::vector<uint32_t> mine;  // this rank's lanes: lanes_of(rank, world, K)
+  /// Where `mine` start, in that order: a checkpoint's, or (a fresh run) empty until the read stage
+  /// fills it at its construction, before the graph runs.
+  std::vector<datasets::LaneCursor> start;
+  datasets::UnitContent content = datasets::UnitContent::documents;  // set with `start` by the read stage
+  std::shared_ptr<datasets::LaneDemand> demand;  // indexed like `mine`
+};
+
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
   RunConfig cfg;
@@ -232,6 +288,7 @@ struct RunContext {
   torch::Device device = torch::kCPU;
   std::filesystem::path run_dir;
   int64_t start_step = 0;            // data steps already done (resume)
+  int64_t start_data_step = 0;       // the data step the run starts with (Batch::data_step)
   DataCursor start;                  // data position to resume from
   GuardRecord start_guard;           // the resumed checkpoint's (updates = start_step without one)
   std::filesystem::path resume_from; // checkpoint to load in train (empty: fresh weights)
@@ -253,6 +310,9 @@ struct RunContext {
   // both from data_partition.)
   datasets::Partition partition;
   std::shared_ptr<Ranks> ranks;
+  /// [data] order = "lanes" (cfg.data.order, which a resume takes from its checkpoint): K, this
+  /// rank's lanes and the demand board; null in the documents order.
+  std::shared_ptr<LaneSession> lanes;
   /// Rank 0, or the only process: evaluates and writes metrics and checkpoints.
   bool writer() const;
 };

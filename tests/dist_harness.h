@@ -47,6 +47,7 @@ inline fs::path make_letters_dataset(const fs::path& root, int documents = 64) {
   o.rule = pipeline::datasets::DocumentRule::lines;
   o.val_fraction = 0;
   o.threads = 1;
+  o.block_bytes = 512;  // blocks of about 4 documents: units enough for the lanes of a few ranks
   pipeline::datasets::prepare_dataset({root / "letters.txt"}, o);
   return o.out_dir;
 }

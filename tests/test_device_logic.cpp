@@ -45,6 +45,29 @@ TEST_CASE("a GPU the table lacks has no peak: never a neighbour's figure") {
   }
 }
 
+TEST_CASE("a variant is not its base card: the RTX 4090 D has its own peak, a MIG slice none, and says why") {
+  std::string row;
+  CHECK(table_peak_tflops("NVIDIA GeForce RTX 4090 D", &row) == doctest::Approx(147.1));
+  CHECK(row == "RTX 4090 D");
+  CHECK(table_peak_tflops("NVIDIA GeForce RTX 4090", &row) == doctest::Approx(165.2));
+  CHECK(row == "RTX 4090");
+  for (const char* slice : {"NVIDIA A100-SXM4-40GB MIG 1g.5gb", "NVIDIA A100-SXM4-40GB MIG 7g.40gb",
+                            "NVIDIA H100 80GB HBM3 MIG 3g.40gb", "NVIDIA H100 80GB HBM3 MIG"}) {
+    CAPTURE(slice);
+    CHECK(table_peak_tflops(slice) == 0);
+    CHECK(resolve_peak_flops(0, true, slice).tflops == 0);
+  }
+  auto a100 = resolve_peak_flops(0, true, "NVIDIA A100-SXM4-40GB MIG 1g.5gb");
+  CHECK(a100.source == "\"NVIDIA A100-SXM4-40GB MIG 1g.5gb\" is a MIG slice (1g.5gb) of the peak table's A100 (312 "
+                       "TFLOP/s for the whole GPU): a slice computes with a share of the GPU's SMs, which the peak table "
+                       "cannot know");
+  CHECK(describe_peak(a100).find("set [logging] peak_tflops") != std::string::npos);
+  CHECK(resolve_peak_flops(0, true, "NVIDIA H100 80GB HBM3 MIG").source.find("is a MIG slice of the peak table's H100 SXM") !=
+        std::string::npos);
+  CHECK(resolve_peak_flops(40, true, "NVIDIA A100-SXM4-40GB MIG 1g.5gb").tflops == 40);  // the user's figure wins
+  CHECK(table_peak_tflops("NVIDIA AMIGA 100") == 0);  // MIG only as a word of its own
+}
+
 TEST_CASE("[logging] peak_tflops overrides the table; unknown devices and the CPU get no MFU and a line how to set it") {
   auto set = resolve_peak_flops(500, true, "NVIDIA H100 80GB HBM3");
   CHECK(set.tflops == 500);
@@ -95,6 +118,23 @@ TEST_CASE("the fused loss runs only where every condition holds, and the reason 
   CHECK_FALSE(without([](LossPathInputs& in) { in.on_cuda = false; }).fused);
   CHECK_FALSE(without([](LossPathInputs& in) { in.dtype_supported = false; }).fused);
   CHECK_FALSE(without([](LossPathInputs& in) { in.chunk_rows = 4096; }).fused);
+}
+
+TEST_CASE("on the CPU the fused kernel runs for fp32 logits on a CPU with AVX2 and FMA, unless chunks are asked for") {
+  const LossPathInputs cpu{.on_cpu = true, .cpu_fp32 = true, .cpu_kernel_runs = true};
+  CHECK(choose_loss_path(cpu).fused);
+  CHECK(choose_loss_path(cpu).why == "fused CPU kernel (AVX2)");
+  auto bf16 = cpu;
+  bf16.cpu_fp32 = false;
+  CHECK_FALSE(choose_loss_path(bf16).fused);
+  CHECK(choose_loss_path(bf16).why.find("fp32") != std::string::npos);
+  auto old_cpu = cpu;
+  old_cpu.cpu_kernel_runs = false;
+  CHECK_FALSE(choose_loss_path(old_cpu).fused);
+  CHECK(choose_loss_path(old_cpu).why.find("AVX2") != std::string::npos);
+  auto chunks = cpu;
+  chunks.chunk_rows = 64;
+  CHECK_FALSE(choose_loss_path(chunks).fused);
 }
 
 namespace {

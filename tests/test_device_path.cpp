@@ -41,12 +41,6 @@ struct Threads {
   Threads() { at::set_num_threads(1); }  // bitwise reproducibility and a fair share of 2 cores
 } threads_once;
 
-std::string g9(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
-
 // Counts the CPU allocator's allocations while installed (torch::empty and friends on the CPU).
 class CountingAllocator final : public c10::Allocator {
  public:
@@ -65,8 +59,8 @@ class CountingAllocator final : public c10::Allocator {
   c10::Allocator* base_;
 };
 
-// The token stream of the bundled token dataset, and a sink that checks each batch's window
-// against it: window i must be tokens [i*B*T, i*B*T + B*T + 1).
+// The token stream of the bundled token dataset, and a sink that checks each batch's rows against
+// it (the documents order): batch i must be cut from tokens [i*B*T, i*B*T + B*T + 1).
 // With `delay`, the sink is slower than pack, so pack's pool runs dry; it records the most of
 // the pool's buffers it ever saw handed out at once, and how many windows came in overflow
 // buffers instead.
@@ -88,11 +82,18 @@ class WindowCheckSink : public graph::Stage {
   explicit WindowCheckSink(const graph::StageContext&) {}
   void process(graph::Item in, graph::Emitter&) override {
     const auto& b = in.get<stages::Batch>();
-    const auto n = static_cast<size_t>(b.B * b.T + 1), at = static_cast<size_t>(b.index * b.B * b.T);
-    const auto* p = static_cast<const uint16_t*>(b.tokens.data_ptr());
-    if (b.tokens.scalar_type() != torch::kUInt16 || b.tokens.numel() != static_cast<int64_t>(n) ||
-        at + n > g_check.stream.size() || !std::equal(p, p + n, g_check.stream.begin() + static_cast<std::ptrdiff_t>(at)))
-      g_check.wrong.fetch_add(1);
+    // The documents order: row r of batch i is the stream's tokens [(i*B + r)*T, (i*B + r)*T + T].
+    const auto row = static_cast<size_t>(b.T + 1);
+    const auto* p = static_cast<const uint16_t*>(b.rows.data_ptr());
+    bool right = b.rows.scalar_type() == torch::kUInt16 && b.rows.dim() == 2 && b.rows.size(0) == b.B &&
+                 b.rows.size(1) == b.T + 1;
+    for (int64_t r = 0; right && r < b.B; ++r) {
+      const auto at = static_cast<size_t>((b.index * b.B + r) * b.T);
+      right = at + row <= g_check.stream.size() &&
+              std::equal(p + r * b.rows.size(1), p + r * b.rows.size(1) + static_cast<std::ptrdiff_t>(row),
+                         g_check.stream.begin() + static_cast<std::ptrdiff_t>(at));
+    }
+    if (!right) g_check.wrong.fetch_add(1);
     if (b.lease) {
       const auto& pool = b.lease->pool();
       const int in_use = pool.size() - pool.free_count();
@@ -116,10 +117,12 @@ PIPELINE_STAGE(test_window_check, {.name = "test_window_check",
 
 }  // namespace
 
-TEST_CASE("uint16 windows train on exactly the losses of int64 batches cut from the same tokens") {
-  // The graph: read_tokens -> pack (uint16 windows in pooled buffers) -> h2d -> train.
+TEST_CASE("uint16 rows train on exactly the losses of int64 batches cut from the same tokens (documents order)") {
+  // The graph: read_tokens -> pack (uint16 rows in pooled buffers) -> h2d -> train. In the
+  // documents order the rows are one window of B*T+1 tokens, written as overlapping rows: the
+  // losses must be those of x and y cut from the window as the code did before rows, bit for bit.
   auto root = temp_dir("wire");
-  auto wire = run(tiny_config(root / "w", kTokenInput, kData + "tokens"), root / "w");
+  auto wire = run(tiny_config(root / "w", kTokenInput, kData + "tokens"), root / "w", {"data.order=\"documents\""});
   REQUIRE(wire.losses.size() == 8);
 
   // The reference, as the code trained before windows became uint16: int64 (B, T) x and y cut
@@ -131,29 +134,23 @@ TEST_CASE("uint16 windows train on exactly the losses of int64 batches cut from 
   size_t got = 0, n;
   while (got < stream.size() && (n = reader.read(std::span<uint16_t>(stream).subspan(got))) > 0) got += n;
   REQUIRE(got == stream.size());
-  m::GPT model(m::GPTConfig::preset("tiny"), 7);
-  model->train();
-  m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 1e-3});
-  m::LrSchedule sched{1e-3, 1e-4, 2, steps};
-  for (int64_t s = 0; s < steps; ++s) {
+  const auto reference = hand_trained_losses([&](int64_t s) {
     auto window = torch::empty({B * T + 1}, torch::kInt64);  // (B*T+1), as pack built it before
     for (int64_t i = 0; i < B * T + 1; ++i) window[i] = static_cast<int64_t>(stream[static_cast<size_t>(s * B * T + i)]);
-    auto x = window.narrow(0, 0, B * T).view({B, T}), y = window.narrow(0, 1, B * T).view({B, T});
-    auto loss = model->loss(model->forward(x), y);
-    loss.backward();
-    m::clip_grad_norm(model->parameters(), 1.0);
-    opt.set_lr(sched.at(s));
-    opt.step();
-    opt.zero_grad();
+    return std::make_pair(window.narrow(0, 0, B * T).view({B, T}), window.narrow(0, 1, B * T).view({B, T}));
+  }, steps);
+  for (int64_t s = 0; s < steps; ++s) {
     CAPTURE(s);
-    CHECK(wire.losses[s + 1] == g9(loss.item<float>()));
+    CHECK(wire.losses[s + 1] == reference[static_cast<size_t>(s)]);
   }
   fs::remove_all(root);
 }
 
-TEST_CASE("pack fills windows across chunks of any size, with two buffers and overflow windows") {
-  // 100-token chunks make at most two 65-token windows each; 1000-token chunks make 15, far more
-  // than two buffers: the rest go to overflow buffers, and the batches must not change.
+TEST_CASE("pack fills batches across chunks of any size, with two buffers and overflow batches") {
+  // The lanes order (the default), two lanes of one row a step each: 100-token chunks of a lane
+  // make three of its rows, 1000-token chunks about 31, and the chunk that brings the other lane
+  // level completes as many batches, far more than two buffers: the rest go to overflow buffers,
+  // and the batches must not change (what a lane holds never depends on how it was read).
   auto root = temp_dir("pack");
   auto small = run(tiny_config(root / "s", kTokenInput, kData + "tokens"), root / "s");
   std::mutex mu;
@@ -170,7 +167,7 @@ TEST_CASE("pack fills windows across chunks of any size, with two buffers and ov
   CHECK(big.losses == small.losses);
   bool reported = false;
   for (const auto& l : printed)
-    if (test_util::contains(l, "windows went to buffers outside its pool of 2")) reported = true;
+    if (test_util::contains(l, "batches went to buffers outside its pool of 2")) reported = true;
   CHECK(reported);
   fs::remove_all(root);
 }
@@ -188,12 +185,12 @@ void load_check_stream() {
   g_check.stream.resize(got);
 }
 
-// read_tokens -> pack -> test_window_check, no model, over the whole split once; chunk_tokens 0:
-// read_tokens' default (auto).
+// read_tokens -> pack -> test_window_check, no model, over the whole split once, in the documents
+// order (one stream); chunk_tokens 0: read_tokens' default (auto).
 std::string pack_alone_toml(const fs::path& dir, int chunk_tokens, int buffers, int capacity) {
   std::ostringstream toml;
   toml << "[run]\ndir = \"" << dir.string() << "\"\ndevice = \"cpu\"\n[model]\npreset = \"tiny\"\n"
-       << "[data]\ndataset = \"" << kData << "tokens\"\nloop = false\n"
+       << "[data]\ndataset = \"" << kData << "tokens\"\nloop = false\norder = \"documents\"\n"
        << "[training]\nbatch_size = 2\nseq_len = 32\n[eval]\nevery = 0\n[checkpoint]\nat_end = false\n"
        << "[logging]\nlive = \"off\"\ntrace = false\n"
        << "[stages.read]\ntype = \"read_tokens\"\n" << (chunk_tokens > 0 ? "chunk_tokens = " + std::to_string(chunk_tokens) + "\n" : "")

@@ -40,7 +40,8 @@ dist::LaunchEnv env_for(int rank, int world, uint16_t port) {
   e.local_world_size = world;
   e.master_addr = "127.0.0.1";
   e.master_port = port;
-  e.agent_store = false;  // rank 0 hosts the store
+  e.agent_store = false;
+  e.hosts_store = rank == 0;  // rank 0 hosts the store
   return e;
 }
 

@@ -7,9 +7,10 @@
 //     resuming from the last checkpoint with two ranks continues exactly (same losses, same weights).
 //   - Ctrl-C on the launcher: every rank stops after the same step with a checkpoint holding each
 //     rank's data cursor; resuming continues exactly.
-//   - torchrun --max-restarts with --resume auto: a rank killed after a checkpoint; torchrun restarts
-//     both, they resume from the same checkpoint and finish with the uninterrupted run's losses,
-//     weights and tokens (each token once).
+//   - torchrun --max-restarts with --resume auto: a rank killed after a checkpoint, with a step past
+//     it logged; torchrun restarts both, they resume from the same checkpoint and finish with the
+//     uninterrupted run's losses, weights and tokens (each token once), and metrics.jsonl and
+//     TensorBoard's own reader see each step once.
 //   - Two torchrun agents (--nnodes=2, c10d rendezvous on loopback) train together as two nodes;
 //     a delay on one node's input makes it the straggler the summary names.
 //   - A checkpoint of 2 ranks resumes on 1 and on 3 (text shards, token shards): grad_accum adapts
@@ -18,7 +19,9 @@
 //     weights are those of the 2 ranks that went on (within 5e-5).
 // The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
 // both ways of reading (round-robin by document over two ranks; in order, two per step) give the
-// same batches. Exits 77 (CTest: skipped) where set-up installed no torchrun.
+// same batches. Every case trains in the documents order ([data] order = "documents"), whose
+// partition these cases check; a resume keeps it from the checkpoint. Exits 77 (CTest: skipped)
+// where set-up installed no torchrun.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -44,74 +47,29 @@
 // After the torch headers: c10 defines a glog-style CHECK macro that doctest must override.
 #include <doctest/doctest.h>
 
-extern char** environ;
+#include "torchrun_harness.h"
 
 using namespace train_harness;
 using namespace dist_harness;
+using namespace torchrun_harness;
 using test_util::contains;
 
 namespace {
 
-const std::string kTorchrun = PIPELINE_TORCHRUN;
-const bool kHaveTorchrun = [] {
-  if (kTorchrun.empty() || !fs::exists(kTorchrun)) {
-    std::fprintf(stderr, "test_distributed_e2e: no torchrun (set-up's torch venv), skipped\n");
-    std::exit(77);
-  }
-  return true;
-}();
+const bool kHaveTorchrun = require_torchrun("test_distributed_e2e");
+
 
 constexpr int kSteps = 10;
 
 // The tiny model on that data (write_config), with pack's batches recorded (record_batches) and a
-// checkpoint every 2 steps; one intra-op thread per process (two ranks share this machine's two cores).
+// checkpoint every 2 steps; one intra-op thread per process (two ranks share this machine's two
+// cores). In the documents order, whose partition by document these cases check token by token
+// (the lanes order has its own: test_distributed_lanes.cpp).
 std::vector<std::string> common_sets() {
   return {"training.steps=" + std::to_string(kSteps), "run.threads=1", "checkpoint.every=2",
-          "stages.h2d.input=\"rec\"", "run.dist_timeout_s=60", "run.dist_heartbeat_s=10"};
+          "stages.h2d.input=\"rec\"", "run.dist_timeout_s=60", "run.dist_heartbeat_s=10", "data.order=\"documents\""};
 }
 
-struct Launch {
-  pid_t pid = -1;
-  fs::path log;
-  std::chrono::steady_clock::time_point started;
-};
-
-// argv[0] is the program; output (stdout and stderr) goes to `log`.
-Launch spawn(const std::vector<std::string>& argv, const fs::path& log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  Launch l;
-  l.log = log;
-  l.started = std::chrono::steady_clock::now();
-  REQUIRE(posix_spawn(&l.pid, args[0], &fa, nullptr, args.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return l;
-}
-
-// `ranks` processes under torchrun; 1: `pipeline run` alone, without torchrun.
-Launch torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log,
-                int ranks = 2) {
-  std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=" + std::to_string(ranks),
-                                   "--no-python", PIPELINE_EXE, "run"};
-  if (ranks == 1) argv = {PIPELINE_EXE, "run"};
-  if (resume) argv.push_back("--resume");
-  argv.push_back(cfg_or_dir.string());
-  for (const auto& s : sets) argv.insert(argv.end(), {"--set", s});
-  return spawn(argv, log);
-}
-
-int run_torchrun(const fs::path& cfg_or_dir, bool resume, const std::vector<std::string>& sets, const fs::path& log,
-                 int ranks = 2) {
-  int code = test_util::wait_exit(torchrun(cfg_or_dir, resume, sets, log, ranks).pid, std::chrono::seconds(240));
-  INFO("torchrun output:\n" << test_util::read_file(log));
-  REQUIRE(code == 0);
-  return code;
-}
 
 fs::path write_config(const fs::path& root, const std::string& name, const fs::path& data,
                       const std::string& input = kTextInput) {
@@ -152,17 +110,36 @@ pid_t worker_pid(pid_t launcher, int rank) {
   return -1;
 }
 
-// Largest |a - b| / max|b| over every weight tensor.
-double weight_difference(const model::CheckpointState& a, const model::CheckpointState& b) {
-  REQUIRE(a.model.size() == b.model.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.model.size(); ++i) {
-    REQUIRE(a.model[i].first == b.model[i].first);
-    double scale = b.model[i].second.abs().max().item<double>();
-    double diff = (a.model[i].second - b.model[i].second).abs().max().item<double>();
-    worst = std::max(worst, diff / std::max(scale, 1e-12));
+
+// The steps of the loss lines of a metrics file, in order (none when it does not exist).
+std::vector<int64_t> logged_steps(const fs::path& file) {
+  std::vector<int64_t> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto v = json_parse(line);
+    if (v.find("loss")) out.push_back(static_cast<int64_t>(v.number("step")));
   }
-  return worst;
+  return out;
+}
+
+// Waits until the run has logged step `step` (true), or the launcher exited, or `limit` passed.
+bool wait_for_step(const fs::path& run_dir, int64_t step, const Launch& l, std::chrono::seconds limit) {
+  for (auto deadline = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < deadline;) {
+    if (waitpid(l.pid, nullptr, WNOHANG) != 0) return false;
+    std::ifstream in(run_dir / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.find("\"loss\"") != std::string::npos && line.ends_with("}") &&
+          json_parse(line).number("step") >= static_cast<double>(step))
+        return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+// The venv's Python when it has tensorboard (TensorBoard's own reader), else "".
+std::string tensorboard_python() {
+  const std::string python = PIPELINE_INTEROP_PYTHON;
+  return !python.empty() && test_util::shell(python + " -c 'import tensorboard'").code == 0 ? python : std::string();
 }
 
 // One directory, dataset and reference runs for all the cases (torchrun is slow to start here).
@@ -310,7 +287,7 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   auto cfg = write_config(f.root, "restarted", f.data);
   auto sets = common_sets();
   for (const char* s : {"stages.slow.type=\"delay\"", "stages.slow.input=\"rec\"", "stages.slow.ms=300",
-                        "stages.h2d.input=\"slow\"", "run.resume=\"auto\""})
+                        "stages.h2d.input=\"slow\"", "run.resume=\"auto\"", "logging.tensorboard=true"})
     sets.push_back(s);
   std::vector<std::string> argv = {kTorchrun, "--standalone", "--nproc-per-node=2", "--max-restarts=2",
                                    "--monitor-interval=0.5", "--no-python", PIPELINE_EXE, "run", cfg.string()};
@@ -319,6 +296,8 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   const auto run_dir = f.root / "restarted";
   REQUIRE_MESSAGE(wait_for_file(run_dir / "checkpoints" / "step_00000004.ckpt", l, std::chrono::seconds(180)),
                   test_util::read_file(f.root / "restarted.log"));
+  // Killed once step 5 is logged, 300 ms before step 6 can be: past the newest checkpoint (4).
+  REQUIRE_MESSAGE(wait_for_step(run_dir, 5, l, std::chrono::seconds(120)), test_util::read_file(f.root / "restarted.log"));
   pid_t victim = worker_pid(l.pid, 1);
   REQUIRE(victim > 0);
   kill(victim, SIGKILL);
@@ -339,6 +318,37 @@ TEST_CASE("torchrun --max-restarts, --resume auto: a killed rank, both restarted
   CHECK(same_weights(final_checkpoint(run_dir), final_checkpoint(f.two_ranks)));
   for (const char* r : {"batches.rank0.u16", "batches.rank1.u16"})  // every token once, none lost
     CHECK_MESSAGE(read_u16(run_dir / r) == read_u16(f.two_ranks / r), r);
+
+  // Each step once in metrics.jsonl: what the first attempt logged past its checkpoint (step 5 at
+  // least) was moved aside when the restart resumed.
+  std::vector<int64_t> steps = logged_steps(run_dir / "metrics.jsonl"), want;
+  for (int64_t s = 1; s <= kSteps; ++s) want.push_back(s);
+  CHECK(steps == want);
+  const auto moved = logged_steps(run_dir / "metrics.superseded.jsonl");
+  CHECK_MESSAGE(!moved.empty(), "the kill came before any step past the checkpoint was logged");
+  const auto run_log = test_util::read_file(run_dir / "run.log");
+  CHECK(contains(run_log, "resuming from step 4: "));
+  for (int64_t s : moved) CHECK(s > 4);
+  // And in TensorBoard, as its own reader sees the run's event files (one an attempt).
+  const std::string python = tensorboard_python();
+  if (python.empty()) {
+    MESSAGE("no Python with tensorboard (set-up's venv): TensorBoard's reading not checked");
+    return;
+  }
+  const auto out = f.root / "restarted_tb.json";
+  auto r = test_util::shell(python + " " + std::string(PIPELINE_SOURCE_DIR) +
+                            "/tests/interop/tensorboard_scalars.py --logdir " + run_dir.string() + " --out " + out.string());
+  INFO(r.out);
+  REQUIRE(r.code == 0);
+  const JsonValue tb = json_parse(test_util::read_file(out));
+  const JsonValue* loss = tb.find("train/loss");
+  REQUIRE(loss);
+  std::vector<int64_t> tb_steps;
+  for (const auto& point : loss->items) tb_steps.push_back(static_cast<int64_t>(std::stod(point.items.at(0).text)));
+  CHECK(tb_steps == want);
+  size_t files = 0;
+  for (const auto& e : fs::directory_iterator(run_dir)) files += e.path().filename().string().starts_with("events.out.tfevents.");
+  CHECK(files == 2);  // the first attempt's and the restart's
 }
 
 TEST_CASE("two torchrun agents as two nodes on one box train together; the slowed node is named the straggler") {
@@ -456,26 +466,6 @@ std::vector<std::vector<std::vector<uint16_t>>> steps_of(const std::vector<fs::p
   return out;
 }
 
-// A copy of a finished run taken back to its checkpoint of step `step`, as if it had stopped there
-// (the learning-rate schedule is that of the whole run's steps): that checkpoint alone, the metrics
-// up to it, and no recorded batches, so that the resumed run records only its own.
-fs::path stopped_copy(const fs::path& run, const fs::path& dir, int step) {
-  fs::create_directories(dir / "checkpoints");
-  for (const auto& e : fs::directory_iterator(run))
-    if (e.path().filename() != "checkpoints") fs::copy(e.path(), dir / e.path().filename(), fs::copy_options::recursive);
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%08d.ckpt", step);
-  REQUIRE(fs::exists(run / "checkpoints" / name));
-  fs::copy_file(run / "checkpoints" / name, dir / "checkpoints" / name);
-  std::string kept;
-  std::istringstream lines(test_util::read_file(dir / "metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);)
-    if (json_parse(line).number("step") <= step) kept += line + "\n";
-  test_util::write_file(dir / "metrics.jsonl", kept);
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().filename().string().rfind("batches.", 0) == 0) fs::remove(e.path());
-  return dir;
-}
 
 // 2 ranks train 14 steps; copies of their run taken back to step 10 continue on 1 process and on 3 ranks.
 void check_resplit(const std::string& tag, const fs::path& data, const std::string& input) {

@@ -35,10 +35,11 @@ const char* kGood =
 
 std::vector<uint32_t> encode(const std::string& s) { return datasets::Tokenizer::gpt2().encode_ordinary(s); }
 
-// The sum of the ending's cross-entropy, from the model's full logits over one unpadded row.
+// The sum of the ending's cross-entropy, from the model's full logits over one unpadded row (all
+// its tokens but the last, which is only a target).
 double ending_loss(model::GPT& m, const datasets::HellaSwagRow& row) {
   torch::NoGradGuard no_grad;
-  std::vector<int64_t> ids(row.tokens.begin(), row.tokens.end());
+  std::vector<int64_t> ids(row.tokens.begin(), row.tokens.end() - 1);
   auto x = torch::tensor(ids, torch::kLong).view({1, -1});                                  // (1, L)
   auto logits = m->forward(x)[0].narrow(1, 0, m->config().vocab_size);                     // (L, V)
   auto logp = torch::log_softmax(logits, 1);
@@ -101,7 +102,7 @@ TEST_CASE("a malformed HellaSwag file is an error naming the file, the line and 
                  (f.parent_path() / "missing.jsonl").string() + ": cannot open"));
 }
 
-TEST_CASE("a row longer than the model's context loses its first tokens, never the ending's") {
+TEST_CASE("a row longer than the model's context and its last target loses its first tokens, never the ending's") {
   datasets::HellaSwagItem item;
   item.line = 7;
   item.context = {1, 2, 3, 4, 5, 6};
@@ -109,18 +110,50 @@ TEST_CASE("a row longer than the model's context loses its first tokens, never t
   auto r = datasets::hellaswag_row(item, 0, 64);
   CHECK(r.tokens == std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 10, 11});
   CHECK(r.ending_begin == 6);
+  // A context of 6: rows of 7 tokens, the model reading the first 6 (lm-eval's max_length + 1).
   r = datasets::hellaswag_row(item, 2, 6);
-  CHECK(r.tokens == std::vector<uint32_t>{5, 6, 30, 31, 32, 33});
-  CHECK(r.ending_begin == 2);
+  CHECK(r.tokens == std::vector<uint32_t>{4, 5, 6, 30, 31, 32, 33});
+  CHECK(r.ending_begin == 3);
   r = datasets::hellaswag_row(item, 3, 6);
+  CHECK(r.tokens == std::vector<uint32_t>{5, 6, 40, 41, 42, 43, 44});
+  CHECK(r.ending_begin == 2);
+  // An ending as long as the context: one token of context before it.
+  r = datasets::hellaswag_row(item, 3, 5);
   CHECK(r.tokens == std::vector<uint32_t>{6, 40, 41, 42, 43, 44});
   CHECK(r.ending_begin == 1);
   datasets::HellaSwagSet set;
   set.file = "items.jsonl";
   set.items = {item};
-  CHECK(error_of([&] { datasets::check_hellaswag_fits(set, 6); }) == "");
-  CHECK(contains(error_of([&] { datasets::check_hellaswag_fits(set, 5); }),
-                 "items.jsonl:7: ending 3 has 5 tokens; a model with a context of 5 tokens scores endings of up to 4"));
+  CHECK(error_of([&] { datasets::check_hellaswag_fits(set, 5); }) == "");
+  CHECK(contains(error_of([&] { datasets::check_hellaswag_fits(set, 4); }),
+                 "items.jsonl:7: ending 3 has 5 tokens; a model with a context of 4 tokens scores endings of up to 4"));
+  CHECK(contains(error_of([&] { datasets::hellaswag_row(item, 3, 4); }), "line 7: ending 3 has 5 tokens"));
+}
+
+TEST_CASE("an ending as long as the model's context is scored whole, as the plain computation scores it") {
+  at::set_num_threads(1);
+  model::GPTConfig cfg = model::GPTConfig::preset("tiny");
+  cfg.block_size = 5;
+  model::GPT m(cfg, 3);
+  m->eval();
+  datasets::HellaSwagSet set;
+  set.file = "items.jsonl";
+  datasets::HellaSwagItem item;
+  item.line = 1;
+  item.label = 2;
+  item.context = {464, 3290, 318, 257, 1332, 13};
+  item.endings = {std::vector<uint32_t>{383, 3290, 318, 922, 13}, {317}, {383, 3797}, {262, 886, 286, 340}};
+  set.items = {item};
+  const auto losses = model::hellaswag_losses(m, set);  // a 6-token row, read 5 tokens at a time: no error
+  REQUIRE(losses.sums.numel() == 4);
+  for (int e = 0; e < 4; ++e) {
+    CAPTURE(e);
+    const auto row = datasets::hellaswag_row(item, e, cfg.block_size);
+    CHECK(row.tokens.size() <= static_cast<size_t>(cfg.block_size) + 1);
+    CHECK(losses.counts[static_cast<size_t>(e)] == static_cast<int64_t>(item.endings[static_cast<size_t>(e)].size()));
+    CHECK(losses.sums[e].item<double>() == doctest::Approx(ending_loss(m, row)).epsilon(1e-5));
+  }
+  CHECK(datasets::hellaswag_row(item, 0, cfg.block_size).ending_begin == 1);  // 5 ending tokens after 1 of context
 }
 
 TEST_CASE("scores: the plain per-row computation's, whatever the batching") {

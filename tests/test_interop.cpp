@@ -260,7 +260,8 @@ std::string line_starting(const std::string& out, const std::string& prefix) {
 
 TEST_CASE("HellaSwag: pipeline eval predicts what transformers predicts, item for item") {
   // A context of 96 tokens holds the longest ending of the items (87 tokens, as of the whole
-  // split) but not 200 of their 804 rows: the cut from the left is exercised as well as the scoring.
+  // split) but not 182 of their 804 rows (97 tokens, the last one a target only, as lm-eval
+  // keeps max_length + 1): the cut from the left is exercised as well as the scoring.
   auto root = temp_dir("hellaswag");
   auto trained = run(tiny_config(root / "run", kTokenInput, kData + "tokens"), root / "run",
                      {"model.block_size=96", "training.steps=30", "optimizer.lr=1e-2", "optimizer.min_lr=1e-3",
@@ -359,7 +360,7 @@ TEST_CASE("the training trajectory is PyTorch's, step by step (tools/parity_trai
   auto r = run(toml, root / "run",
                {"training.steps=50", "training.grad_accum=2", "training.batch_size=4", "training.seq_len=64",
                 "training.grad_clip=1.0", "optimizer.lr=1e-3", "optimizer.min_lr=1e-4", "optimizer.warmup_steps=10",
-                "optimizer.weight_decay=0.1", "checkpoint.every=0"});
+                "optimizer.weight_decay=0.1", "checkpoint.every=0", "data.order=\"documents\""});
   REQUIRE(r.last_step == 50);
   CHECK(fs::file_size(root / "run" / "batches.u16") == 2 * (50 * 2 * 4 * 64 + 1));
   auto out = test_util::shell(kPython + " " + (fs::path(PIPELINE_SOURCE_DIR) / "tools" / "parity_train.py").string() +
@@ -513,9 +514,11 @@ TEST_CASE("llm.c shards from a Python writer train and resume exactly like our t
   CHECK(fs::exists(root / "llmc" / "tinyshakespeare_train_000002.bin"));
   CHECK(read_stream(root / "llmc", "train") == read_stream(kData + "tokens", "train"));
 
-  // The same token stream, so the same batches and losses; eval reads the val shard.
+  // The same token stream, so the same batches and losses in the documents order (the lanes
+  // order deals units, which differ between the two formats); eval reads the val shard.
   const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
-  const std::vector<std::string> eval = {"eval.every=4", "eval.batches=2", "eval.sample_tokens=0"};
+  const std::vector<std::string> eval = {"eval.every=4", "eval.batches=2", "eval.sample_tokens=0",
+                                         "data.order=\"documents\""};
   auto ours = run(tiny_config(root / "ours", input, kData + "tokens"), root / "ours", eval);
   auto theirs = run(tiny_config(root / "theirs", input, (root / "llmc").string()), root / "theirs", eval);
   REQUIRE(ours.losses.size() == 8);

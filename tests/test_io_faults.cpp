@@ -164,7 +164,7 @@ TEST_CASE("a shard truncated while training reads it ends the run with its name 
   });
   INFO(err);
   CHECK(contains(err, "train_00000.text.zst"));
-  CHECK(contains(err, "truncated: file ends at byte offset 140000"));
+  CHECK(contains(err, "byte 140000: the file ends before its"));  // read through the store (datasets/io)
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::minutes(5));
   fs::remove_all(root);
 }

@@ -93,7 +93,10 @@ TEST_CASE("srun's variables make a rank: the store on the step's first node, at 
   REQUIRE(e);
   CHECK(e->slurm);
   CHECK(!e->torchrun());
-  CHECK(!e->agent_store);  // rank 0 hosts it
+  CHECK(!e->agent_store);
+  CHECK(!e->hosts_store);  // the first node's first task hosts it; this task runs on gpu02
+  CHECK(contains(e->str(), "store at gpu01:19567 (hosted by the first node's first task)"));
+  CHECK(e->port_from == "SLURM_JOB_ID");
   CHECK(e->rank == 2);
   CHECK(e->world_size == 3);
   CHECK(e->local_rank == 0);
@@ -125,6 +128,69 @@ TEST_CASE("srun's variables make a rank: the store on the step's first node, at 
   CHECK(e->master_port == 29600);
   CHECK(dist::launch_env(env_of(v), 29511)->master_port == 29511);
   CHECK(dist::launch_env(env_of(srun_task()), 29511)->master_port == 29511);
+}
+
+TEST_CASE("the store's host is the first node's first task, whichever rank the distribution made it") {
+  // srun -n2 --distribution=arbitrary with SLURM_HOSTFILE naming gpu02, then gpu01: rank 0 runs on
+  // gpu02, the second of the step's nodes (as Slurm 22.05 sets it: the list sorted, SLURM_NODEID 1).
+  auto rank0 = srun_task();
+  rank0["SLURM_PROCID"] = "0";
+  rank0["SLURM_NTASKS"] = "2";
+  rank0["SLURM_STEP_TASKS_PER_NODE"] = "1(x2)";
+  auto rank1 = rank0;
+  rank1["SLURM_PROCID"] = "1";
+  rank1["SLURMD_NODENAME"] = "gpu01";
+  rank1["SLURM_NODEID"] = "0";
+  auto e0 = dist::launch_env(env_of(rank0)), e1 = dist::launch_env(env_of(rank1));
+  REQUIRE(e0);
+  REQUIRE(e1);
+  CHECK(e0->master_addr == "gpu01");
+  CHECK(e1->master_addr == "gpu01");
+  CHECK(!e0->hosts_store);
+  CHECK(e1->hosts_store);
+  CHECK(contains(e1->str(), "rank 1 of 2 (local rank 0 of 1), store at gpu01:19567 (hosted here)"));
+  // Without SLURMD_NODENAME, the node's place comes from SLURM_NODEID.
+  rank1.erase("SLURMD_NODENAME");
+  CHECK(dist::launch_env(env_of(rank1))->hosts_store);
+  // Only the first task of that node: a second task there is a client.
+  auto second = srun_task();
+  second["SLURM_PROCID"] = "1";
+  second["SLURM_LOCALID"] = "1";
+  second["SLURMD_NODENAME"] = "gpu01";
+  CHECK(!dist::launch_env(env_of(second))->hosts_store);
+  second["SLURM_PROCID"] = "0";
+  second["SLURM_LOCALID"] = "0";
+  CHECK(dist::launch_env(env_of(second))->hosts_store);
+  // MASTER_ADDR exported: env://'s rule, rank 0 hosts it wherever it runs.
+  rank0["MASTER_ADDR"] = "10.0.0.7";
+  rank1["MASTER_ADDR"] = "10.0.0.7";
+  CHECK(dist::launch_env(env_of(rank0))->hosts_store);
+  CHECK(!dist::launch_env(env_of(rank1))->hosts_store);
+  // torchrun without its agent: rank 0.
+  auto t = dist::launch_env(env_of({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}));
+  CHECK(t->hosts_store);
+}
+
+TEST_CASE("ports Slurm reserved for the step: the store takes the first, before the job id's") {
+  CHECK(dist::first_reserved_port("20001-20002") == 20001);
+  CHECK(dist::first_reserved_port("20001") == 20001);
+  CHECK(dist::first_reserved_port("20001,20005-20006") == 20001);
+  CHECK(contains(error_of([] { dist::first_reserved_port(""); }), "a number was expected"));
+  CHECK(contains(error_of([] { dist::first_reserved_port("0-2"); }), "port 0 is not from 1 to 65535"));
+  // Two jobs whose ids differ by 10,000 derive one port; with ports reserved, each step has its own.
+  auto a = srun_task(), b = srun_task();
+  b["SLURM_JOB_ID"] = "1244567";
+  CHECK(dist::launch_env(env_of(a))->master_port == dist::launch_env(env_of(b))->master_port);
+  a["SLURM_STEP_RESV_PORTS"] = "20001-20002";
+  b["SLURM_STEP_RESV_PORTS"] = "20003-20004";
+  auto ea = dist::launch_env(env_of(a)), eb = dist::launch_env(env_of(b));
+  CHECK(ea->master_port == 20001);
+  CHECK(eb->master_port == 20003);
+  CHECK(ea->port_from == "SLURM_STEP_RESV_PORTS");
+  // [run] master_port and MASTER_PORT still come first.
+  CHECK(dist::launch_env(env_of(a), 29511)->master_port == 29511);
+  a["MASTER_PORT"] = "29600";
+  CHECK(dist::launch_env(env_of(a))->master_port == 29600);
 }
 
 TEST_CASE("torchrun's variables win over srun's; srun with one task is a plain run") {
@@ -171,7 +237,7 @@ TEST_CASE("bad Slurm variables are errors naming the variable") {
     v["SLURM_JOB_NODELIST"] = "gpu[01-";
     CHECK(contains(launch_error(v), "SLURM_JOB_NODELIST is \"gpu[01-\": not a Slurm host list"));
     v.erase("SLURM_JOB_NODELIST");
-    CHECK(contains(launch_error(v), "SLURM_JOB_NODELIST is not set: rank 0 hosts the store on the first"));
+    CHECK(contains(launch_error(v), "SLURM_JOB_NODELIST is not set: the store listens on the first"));
   }
   CHECK(contains(with("SLURM_PROCID", "3"), "SLURM_PROCID is 3 but SLURM_NTASKS is 3"));
   CHECK(contains(with("SLURM_PROCID", "two"), "SLURM_PROCID is \"two\": expected an integer"));
@@ -181,6 +247,9 @@ TEST_CASE("bad Slurm variables are errors naming the variable") {
   CHECK(contains(with("SLURM_STEP_TASKS_PER_NODE", "2(x"), "SLURM_STEP_TASKS_PER_NODE is \"2(x\""));
   CHECK(contains(with("SLURM_RESTART_COUNT", "x"), "SLURM_RESTART_COUNT is \"x\""));
   CHECK(contains(with("MASTER_PORT", "0"), "MASTER_PORT is \"0\""));
+  CHECK(contains(with("SLURM_STEP_RESV_PORTS", "x-y"), "SLURM_STEP_RESV_PORTS is \"x-y\": expected ports like "
+                                                       "20001-20002 (at byte 0: \"x\" is not a number)"));
+  CHECK(contains(with("SLURM_STEP_RESV_PORTS", "70000"), "SLURM_STEP_RESV_PORTS is \"70000\""));
   CHECK(contains(without("SLURM_JOB_ID"), "SLURM_JOB_ID is not set: the store's port is derived from it"));
   CHECK(contains(with("SLURM_JOB_ID", "12x"), "SLURM_JOB_ID is \"12x\""));
   // The job's batch script (or salloc's shell) has SLURM_NTASKS and SLURM_PROCID, but is no task of a step.

@@ -290,20 +290,46 @@ TEST_CASE("a NaN logit makes the loss NaN and its row's gradient NaN, the other 
   auto targets = torch::randint(V, {N}, gen, torch::kLong);
   for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
     for (const int64_t column : {int64_t{0}, int64_t{17}, V - 1}) {  // the target's column or another
+     for (const int64_t chunk : {int64_t{3}, int64_t{0}}) {  // chunked ATen ops, and the CPU kernel (fp32)
       CAPTURE(dtype);
       CAPTURE(column);
+      CAPTURE(chunk);
       auto base = torch::randn({N, Vp}, gen);
       base[4][column] = std::numeric_limits<float>::quiet_NaN();
       auto in = base.to(dtype).detach().requires_grad_(true);
-      auto loss = m::cross_entropy_real_vocab(in, targets, V, 3);
+      auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
       CHECK(std::isnan(loss.item<float>()));
       loss.backward();
       auto g = in.grad().to(torch::kFloat);
       CHECK(torch::isnan(g[4].narrow(0, 0, V)).all().item<bool>());  // the whole row, not a finite step
       CHECK(torch::isfinite(g.narrow(0, 0, 4)).all().item<bool>());
       CHECK(torch::isfinite(g.narrow(0, 5, N - 5)).all().item<bool>());
+     }
     }
   }
+}
+
+TEST_CASE("the CPU loss kernel gives the same loss and gradient whatever the thread count") {
+  if (!m::cross_entropy_path(torch::kCPU, torch::kFloat, 0).fused) return;  // a CPU without AVX2 and FMA
+  auto gen = at::detail::createCPUGenerator(14);
+  const int64_t N = 301, Vp = 1000, V = 997;
+  auto base = torch::randn({N, Vp}, gen) * 4.0;
+  auto targets = torch::randint(V, {N}, gen, torch::kLong);
+  auto run = [&](int threads) {
+    at::set_num_threads(threads);
+    auto in = base.detach().requires_grad_(true);
+    auto loss = m::cross_entropy_real_vocab(in, targets, V);
+    loss.backward();
+    return std::make_pair(loss.item<float>(), in.grad().clone());
+  };
+  const int before = at::get_num_threads();
+  const auto one = run(1), two = run(2), three = run(3);
+  at::set_num_threads(before);
+  CHECK(one.first == two.first);
+  CHECK(one.first == three.first);
+  CHECK(torch::equal(one.second, two.second));
+  CHECK(torch::equal(one.second, three.second));
+  CHECK(std::abs(one.first - sliced_loss(base, targets, V).item<float>()) < 1e-5f * one.first);
 }
 
 TEST_CASE("GPT::loss through the model: the gradients of the sliced loss, padded rows of wte untouched") {

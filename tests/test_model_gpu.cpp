@@ -427,7 +427,7 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
   // random tokens would keep it near ln 50257 whatever the weights do, and a graph that never
   // updated them would pass.)
   auto gen = at::detail::createCPUGenerator(5);
-  const auto window = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);  // (B*T+1)
+  const auto rows = torch::randint(cfg.vocab_size, {B, T + 1}, gen, torch::kLong).to(kCuda);  // (B, T+1)
   auto run = [&](bool graphs) {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
     m::GPT model(cfg, 21);
@@ -438,10 +438,10 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
     for (int64_t s = 0; s < steps; ++s) {
       torch::Tensor loss;
       if (captured) {
-        captured->micro_batch(window, 0);
+        captured->micro_batch(rows, 0);
         loss = captured->update(lr).first;
       } else {
-        auto xx = window.narrow(0, 0, B * T).view({B, T}), yy = window.narrow(0, 1, B * T).view({B, T});
+        auto xx = rows.narrow(1, 0, T).contiguous(), yy = rows.narrow(1, 1, T).contiguous();
         {
           m::AutocastGuard autocast(torch::kCUDA);
           loss = model->loss(model(xx), yy);
@@ -469,7 +469,7 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
 }
 
 // The spike guard on the device: its verdict, the learning rate it takes from its table and the
-// skipped update all stay on the GPU. A window whose every target is padding (ids >= vocab_size)
+// skipped update all stay on the GPU. A batch whose every target is padding (ids >= vocab_size)
 // has the loss 0/0 = NaN: skipped, eagerly and inside the captured update graph, without a host
 // sync, leaving weights, moments and step counts as they were; the eager and the captured guard
 // decide the same steps and count the same updates.
@@ -477,8 +477,8 @@ TEST_CASE("the spike guard on CUDA, eager and in a CUDA graph: a NaN step skippe
   auto cfg = tiny();
   const int64_t B = 2, T = 32, steps = 12, nan_step = 8;
   auto gen = at::detail::createCPUGenerator(9);
-  const auto text = torch::randint(cfg.vocab_size, {B * T + 1}, gen, torch::kLong).to(kCuda);  // (B*T+1)
-  const auto padding = torch::full({B * T + 1}, 50300, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  const auto text = torch::randint(cfg.vocab_size, {B, T + 1}, gen, torch::kLong).to(kCuda);  // (B, T+1)
+  const auto padding = torch::full({B, T + 1}, 50300, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
   const m::LrSchedule sched{.lr_max = 1e-3, .lr_min = 1e-4, .warmup_steps = 2, .total_steps = steps};
   auto run = [&](bool graphs) {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
@@ -489,17 +489,17 @@ TEST_CASE("the spike guard on CUDA, eager and in a CUDA graph: a NaN step skippe
     std::vector<m::SpikeVerdict> verdicts;
     std::unique_ptr<m::CapturedStep> captured;
     for (int64_t s = 0; s < steps; ++s) {
-      const auto& window = s == nan_step ? padding : text;
+      const auto& rows = s == nan_step ? padding : text;
       std::vector<torch::Tensor> before;
       for (const auto& [name, t] : opt.state()) before.push_back(t.clone());
       for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
       {
         NoSyncScope no_sync;
         if (captured) {
-          captured->micro_batch(window, 0);
+          captured->micro_batch(rows, 0);
           captured->update(0.0);
         } else {
-          auto loss = model->loss(model(window.narrow(0, 0, B * T).view({B, T})), window.narrow(0, 1, B * T).view({B, T}));
+          auto loss = model->loss(model(rows.narrow(1, 0, T).contiguous()), rows.narrow(1, 1, T).contiguous());
           loss.backward();
           auto norm = m::clip_grad_norm(model->parameters(), 1.0);
           opt.step(guard.judge(loss, norm, opt));
@@ -554,14 +554,14 @@ TEST_CASE("CUDA graph capture survives other threads' CUDA calls (thread-local c
       calls.fetch_add(1);
     }
   });
-  auto window = torch::randint(cfg.vocab_size, {B * T + 1}, torch::kLong).to(kCuda);
+  auto rows = torch::randint(cfg.vocab_size, {B, T + 1}, torch::kLong).to(kCuda);  // (B, T+1)
   {
     c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
     m::GPT model(cfg, 3);
     model->to(kCuda);
     m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 1e-3});
     for (int s = 0; s < 3; ++s) {  // the eager warm-up steps
-      auto loss = model->loss(model(window.narrow(0, 0, B * T).view({B, T})), window.narrow(0, 1, B * T).view({B, T}));
+      auto loss = model->loss(model(rows.narrow(1, 0, T).contiguous()), rows.narrow(1, 1, T).contiguous());
       loss.backward();
       opt.step();
       opt.zero_grad();
@@ -569,7 +569,7 @@ TEST_CASE("CUDA graph capture survives other threads' CUDA calls (thread-local c
     while (calls.load() < 10) std::this_thread::yield();  // the other thread is in its loop
     for (int attempt = 0; attempt < 5; ++attempt) {  // a fresh capture each time
       m::CapturedStep captured(model, opt, m::CapturedStepOptions{B, T, 1, 1.0, false});
-      CHECK_NOTHROW(captured.micro_batch(window, 0));
+      CHECK_NOTHROW(captured.micro_batch(rows, 0));
       CHECK_NOTHROW(captured.update(1e-3));
       CHECK(std::isfinite(captured.update(1e-3).first.item<float>()));
       for (auto& p : model->parameters()) p.mutable_grad().reset();  // the next capture starts afresh

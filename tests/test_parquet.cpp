@@ -24,6 +24,7 @@
 #include "datasets/parquet/parquet_module.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/prepare/prepare.h"
+#include "parquet_files.h"
 #include "test_util.h"
 
 namespace fs = std::filesystem;
@@ -33,34 +34,9 @@ using test_util::error_of;
 
 namespace {
 
-// The files, written once per test process.
-const fs::path& files() {
-  static const fs::path dir = [] {
-    const std::string python = PIPELINE_ARROW_PYTHON;
-    if (python.empty() || test_util::shell(python + " -c 'import pyarrow'").code != 0) {
-      std::fprintf(stderr, "test_parquet: no Python with pyarrow (%s); tools/setup.sh installs it. Skipped.\n",
-                   python.empty() ? "none configured" : python.c_str());
-      std::exit(77);
-    }
-    fs::path d = test_util::fresh_dir("parquet", "files");
-    auto r = test_util::shell(python + " " + PIPELINE_SOURCE_DIR + "/tests/parquet/make_files.py " + d.string());
-    if (r.code != 0) {
-      std::fprintf(stderr, "test_parquet: make_files.py failed:\n%s\n", r.out.c_str());
-      std::exit(1);
-    }
-    return d;
-  }();
-  return dir;
-}
+const fs::path& files() { return parquet_files::dir("test_parquet"); }
 
-// Document i of make_files.py.
-std::string doc(int i) {
-  static const char* words[] = {"the", "quick", "brown", "fox", "h\xc3\xa9llo", "\xe6\x97\xa5\xe6\x9c\xac",
-                                "jumps", "over", "lazy", "dog", "\xf0\x9f\x98\x80"};
-  std::string s = "document " + std::to_string(i) + ":";
-  for (int j = 0; j <= i % 13; ++j) s += std::string(" ") + words[(i * 7 + j) % 11];
-  return s + "\n";
-}
+std::string doc(int i) { return parquet_files::doc(i); }
 
 std::vector<std::string> read_all(const fs::path& source, ParquetReaderOptions o = {}, ParquetDocumentReader* keep = nullptr) {
   ParquetDocumentReader local;

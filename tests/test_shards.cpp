@@ -21,6 +21,7 @@
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/shards/manifest.h"
 #include "datasets/prepare/prepare.h"
+#include "datasets/shards/block_shard.h"
 #include "datasets/shards/sha256.h"
 #include "datasets/shards/shard.h"
 #include "datasets/shards/text_check.h"
@@ -124,10 +125,12 @@ PrepareOptions quiet_options(const fs::path& out) {
   return o;
 }
 
-// A small text shard of known content, for the error tests.
-fs::path write_text_shard(const fs::path& path, size_t docs, uint32_t seed = 7, int level = 3) {
+// A small text shard of known content, for the error tests: format 2 (blocks of `block_bytes`)
+// unless block_bytes is 0.
+fs::path write_text_shard(const fs::path& path, size_t docs, uint32_t seed = 7, int level = 3,
+                          uint64_t block_bytes = kDefaultBlockBytes) {
   std::mt19937 rng(seed);
-  ShardWriter w(path, ShardKind::text, {.level = level});
+  ShardWriter w(path, ShardKind::text, {.level = level, .block_bytes = block_bytes});
   for (size_t i = 0; i < docs; ++i) w.add_document(make_doc(i, rng, 200));
   w.finish();
   return path;
@@ -255,7 +258,7 @@ TEST_CASE("shard errors each have their own message naming the file and offset")
     patch(p, 16, std::string("\x09\x00\x00\x00", 4));
     std::string e = error_of([&] { drain_shard(p); });
     CHECK(e.find("version.text.zst") != std::string::npos);
-    CHECK(e.find("wrong format version at byte offset 16: found version 9, this build reads version 1") !=
+    CHECK(e.find("wrong format version at byte offset 16: found version 9, this build reads versions 1 and 2") !=
           std::string::npos);
   }
   SUBCASE("wrong kind") {
@@ -265,7 +268,7 @@ TEST_CASE("shard errors each have their own message naming the file and offset")
     CHECK(e.find("wrong shard kind at byte offset 8: found a text shard") != std::string::npos);
   }
   SUBCASE("trailing bytes after the frame") {
-    auto p = write_text_shard(tmp / "trail.text.zst", 3);
+    auto p = write_text_shard(tmp / "trail.text.zst", 3, 7, 3, /*block_bytes=*/0);
     auto size = fs::file_size(p);
     std::ofstream(p, std::ios::binary | std::ios::app) << "junk";
     std::string e = error_of([&] { drain_shard(p); });
@@ -274,11 +277,52 @@ TEST_CASE("shard errors each have their own message naming the file and offset")
           std::string::npos);
   }
   SUBCASE("header counts that disagree with the stream") {
-    auto p = write_text_shard(tmp / "count.text.zst", 3);
+    auto p = write_text_shard(tmp / "count.text.zst", 3, 7, 3, /*block_bytes=*/0);
     patch(p, 24, std::string("\x04", 1));
     std::string e = error_of([&] { drain_shard(p); });
     CHECK(e.find("count.text.zst") != std::string::npos);
     CHECK(e.find("declares 4 documents") != std::string::npos);
+  }
+  SUBCASE("block shards: header counts that disagree with the block index") {
+    auto p = write_text_shard(tmp / "count2.text.zst", 3);
+    patch(p, 24, std::string("\x04", 1));
+    std::string e = error_of([&] { drain_shard(p); });
+    INFO(e);
+    CHECK(e.find("count2.text.zst") != std::string::npos);
+    CHECK(e.find("counts 3 documents") != std::string::npos);
+    CHECK(e.find("the header (byte offset 24) 4") != std::string::npos);
+  }
+  SUBCASE("block shards: bytes after the block index") {
+    auto p = write_text_shard(tmp / "trail2.text.zst", 30, 7, 3, /*block_bytes=*/1024);
+    const auto size = fs::file_size(p);
+    std::ofstream(p, std::ios::binary | std::ios::app) << "junk";
+    std::string e = error_of([&] { drain_shard(p); });
+    INFO(e);
+    CHECK(e.find("trail2.text.zst") != std::string::npos);
+    CHECK(e.find("bytes to the end of the file") != std::string::npos);
+    // Random access finds no index at the end at all.
+    auto file = io::open_local_file(p);
+    e = error_of([&] { read_block_index(*file, ShardKind::text); });
+    CHECK(e.find("no block index: the file does not end with \"PLSHBLKS\" (byte offset " + std::to_string(size - 4)) !=
+          std::string::npos);
+  }
+  SUBCASE("block shards: a block index entry that disagrees with the blocks") {
+    auto p = write_text_shard(tmp / "index.text.zst", 30, 7, 3, /*block_bytes=*/1024);
+    auto file = io::open_local_file(p);
+    const BlockIndex index = read_block_index(*file, ShardKind::text);
+    REQUIRE(index.blocks.size() >= 3);
+    // The second entry's offset, one byte later.
+    const uint64_t entry = fs::file_size(p) - 16 - 32 * index.blocks.size() + 32;
+    std::string off(8, '\0');
+    for (int i = 0; i < 8; ++i) off[i] = static_cast<char>((index.blocks[1].offset + 1) >> (8 * i));
+    patch(p, entry, off);
+    std::string e = error_of([&] { drain_shard(p); });
+    INFO(e);
+    CHECK(e.find("index.text.zst: block index entry 1 (byte offset " + std::to_string(entry) + ")") != std::string::npos);
+    auto again = io::open_local_file(p);
+    e = error_of([&] { read_block_index(*again, ShardKind::text); });
+    INFO(e);
+    CHECK(e.find("corrupt block index entry 1 (byte offset " + std::to_string(entry) + ")") != std::string::npos);
   }
 }
 
@@ -342,7 +386,7 @@ TEST_CASE("manifest errors each have their own message") {
     CHECK(e.find("manifest.json: malformed manifest: splits.train[0] (byte offset") != std::string::npos);
     CHECK(e.find("missing key \"sha256\"") != std::string::npos);
     std::string wrong = m;
-    wrong.replace(wrong.find("\"version\": 1"), 12, "\"version\": \"1\"");
+    wrong.replace(wrong.find("\"version\": 2"), 12, "\"version\": \"2\"");
     write_file(manifest, wrong);
     e = error_of([&] { read_all_text(tmp / "ds", "train"); });
     CHECK(e.find("top level.version") != std::string::npos);
@@ -765,7 +809,7 @@ TEST_CASE("a shard truncated while it is being read: an error naming it and the 
   });
   INFO(e);
   CHECK(e.find("big.text.zst") != std::string::npos);
-  CHECK(e.find("truncated: file ends at byte offset 400000 inside the zstd frame") != std::string::npos);
+  CHECK(e.find("byte 400000: the file ends before its " + std::to_string(size) + " bytes") != std::string::npos);
 }
 
 TEST_CASE("a shard that vanishes before the reader reaches it: an error naming it") {
@@ -793,7 +837,7 @@ TEST_CASE("a shard that vanishes before the reader reaches it: an error naming i
   });
   INFO(e);
   CHECK(e.find(shards[1].name) != std::string::npos);
-  CHECK(e.find("cannot open shard: No such file or directory") != std::string::npos);
+  CHECK(e.find("cannot open: No such file or directory") != std::string::npos);
 }
 
 TEST_CASE("a corrupt length prefix cannot make the reader allocate what the shard does not hold") {
@@ -803,7 +847,7 @@ TEST_CASE("a corrupt length prefix cannot make the reader allocate what the shar
   // and the stream holds 2 more. The reader must report the short stream, not try to allocate.
   auto p = tmp / "liar.text.zst";
   {
-    ShardWriter w(p, ShardKind::tokens);
+    ShardWriter w(p, ShardKind::tokens, {.block_bytes = 0});
     const uint32_t ids[] = {0xffff, 0xffff};
     w.add_document(std::span<const uint32_t>(ids));
     w.finish();
@@ -827,4 +871,25 @@ TEST_CASE("a shard writer that fails or is abandoned leaves no file behind") {
   std::string e = error_of([&] { ShardWriter w(tmp / "no_dir" / "x.text.zst", ShardKind::text); });
   CHECK(e.find("x.text.zst") != std::string::npos);
   CHECK(e.find("No such file or directory") != std::string::npos);
+}
+
+TEST_CASE("the fuzz targets' block-shard seeds read to their end, streamed and block by block") {
+  const fs::path corpus = fs::path(PIPELINE_SOURCE_DIR) / "tests" / "fuzz" / "corpus";
+  for (const auto& [dir, kind] : {std::pair{"fuzz_shard_text", ShardKind::text}, std::pair{"fuzz_shard_tokens", ShardKind::tokens}})
+    for (const char* name : {"blocks", "no_blocks"}) {
+      const fs::path p = corpus / dir / name;
+      if (!fs::exists(p)) continue;
+      CAPTURE(p);
+      drain_shard(p, kind);
+      auto file = io::open_local_file(p);
+      const BlockIndex index = read_block_index(*file, kind);
+      BlockDecoder decoder;
+      std::vector<char> payload;
+      uint64_t documents = 0;
+      for (size_t b = 0; b < index.blocks.size(); ++b) {
+        decoder.decode(*file, kind, index.blocks[b], b, payload);
+        documents += index.blocks[b].documents;
+      }
+      CHECK(documents == index.header.documents);
+    }
 }

@@ -1,16 +1,22 @@
 // Slurm as clusters run it (labels e2e, slurm): a real two-node Slurm on this machine
 // (tests/slurm/cluster.sh: munged, slurmctld, two slurmd), `pipeline run` started by srun and by
 // the batch script users copy (tools/slurm/train.sbatch), two CPU ranks on Gloo, the tiny model.
-//   - srun -N2 -n2: the two ranks train what torchrun's two train, step by step (losses, tokens);
-//     a batch script of two tasks that runs pipeline without srun is refused, naming SLURM_STEP_ID.
+//   - srun -N2 -n2: the two ranks train what torchrun's two train, step by step (losses, tokens),
+//     the store on a port Slurm reserved for the step; so do they under --distribution=arbitrary
+//     with rank 0 on the second node (the first node's first task hosts the store); a batch
+//     script of two tasks that runs pipeline without srun is refused, naming SLURM_STEP_ID.
 //   - sbatch of the template with a 1-minute limit on a run that needs 2: SIGUSR1, a checkpoint,
 //     `scontrol requeue`, again, until COMPLETED after 2 requeues or more; every step trained once,
 //     and the losses, tokens and final weights of the run that was never interrupted.
+//   - a program that starts later than the warning: stopped before its first step, not requeued
+//     (it would come back forever).
 //   - scancel mid-run: the job ends CANCELLED, not requeued, with one checkpoint, at the last step.
 //   - preemption by a job of a higher-priority partition: Slurm requeues the run, it resumes from
 //     its checkpoint and completes with the uninterrupted run's losses and weights.
 //   - a bad SLURM_JOB_NODELIST, SLURM_NTASKS without SLURM_PROCID: errors naming the variable,
 //     before any run directory is made (no cluster needed).
+//   - the batch script under stand-ins for srun, scancel, squeue, scontrol and date (no cluster
+//     needed): the races a cluster cannot be made to hit on cue.
 // Each case starts a cluster of its own and stops it after, whatever happens (cluster.sh's
 // watchdog ends it with this process). Exits 77 (CTest: skipped), saying why, where Slurm or
 // torchrun is absent or Slurm cannot run (not root).
@@ -144,13 +150,13 @@ struct Case {
 
   /// Submits the template: 2 nodes, one rank each, no GPUs, `time` and `extra` given here
   /// (sbatch's command line wins over the script's #SBATCH lines), `steps` of `delay_ms` at least,
-  /// the store on a port free now. The job's id.
-  std::string submit(const std::string& time, const std::string& extra, int steps, int delay_ms) const {
+  /// the store on the port Slurm reserves for the step. The job's id.
+  std::string submit(const std::string& time, const std::string& extra, int steps, int delay_ms,
+                     const std::string& program = kExe) const {
     return c.sbatch("--nodes=2 --ntasks-per-node=1 --cpus-per-task=1 --gpus-per-node=0 --time=" + time +
-                    " --output=" + quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(kExe) +
+                    " --output=" + quote(out.string()) + " --export=ALL,PIPELINE_PROGRAM=" + quote(program) +
                     ",PIPELINE_CONFIG=" + quote(cfg.string()) + ",PIPELINE_RUN_DIR=" + quote(run_dir.string()) + " " +
-                    extra + " " + quote(kTemplate) +
-                    sets(steps, delay_ms, {"run.master_port=" + std::to_string(test_util::free_port())}));
+                    extra + " " + quote(kTemplate) + sets(steps, delay_ms));
   }
 };
 
@@ -251,6 +257,112 @@ TEST_CASE("bad Slurm variables: the error names the variable, and nothing is mad
   CHECK(contains(test_util::read_file(root / "bad" / "run.log"), "slurm job 77 (restart 3): one process; starts the run"));
 }
 
+namespace {
+
+// The batch script under stand-ins for Slurm's commands, for its races that a real cluster
+// cannot be made to hit on cue (no cluster needed):
+//   srun      the ranks: registers its step FAKE_STEP_DELAY s after it starts, runs
+//             FAKE_RUN_SECONDS and exits FAKE_EXIT; on SIGTERM writes a new checkpoint (unless
+//             FAKE_ON_TERM=none) and exits 143. FAKE_USR1=srun: sends the script SIGUSR1 as it
+//             starts; srun_exit: that, then exits FAKE_EXIT at once.
+//   scancel   SIGTERM to the ranks when their step exists; otherwise the signal is lost, as Slurm
+//             loses it for a job without steps.
+//   squeue    the steps that exist; scontrol: records what it is asked.
+//   date      FAKE_USR1=start: sends the script SIGUSR1 at its first line (before srun).
+struct FakeSlurm {
+  fs::path dir, run_dir;
+  explicit FakeSlurm(const std::string& tag) : dir(temp_dir(tag)), run_dir(dir / "run") {
+    fs::create_directories(dir / "bin");
+    fs::create_directories(run_dir / "checkpoints");
+    put("srun", R"SH(echo $$ > "$FAKE/srun.pid"
+case ${FAKE_USR1:-} in
+  srun) kill -USR1 "$(cat "$FAKE/script.pid")" ;;
+  srun_exit) kill -USR1 "$(cat "$FAKE/script.pid")"; exit "${FAKE_EXIT:-0}" ;;
+esac
+stop() {
+  [[ ${FAKE_ON_TERM:-} == none ]] || touch "$PIPELINE_RUN_DIR/checkpoints/step_00000099.ckpt"
+  exit 143
+}
+trap stop TERM
+sleep "${FAKE_STEP_DELAY:-0}"
+touch "$FAKE/step"
+end=$((SECONDS + ${FAKE_RUN_SECONDS:-30}))
+while ((SECONDS < end)); do sleep 0.1; done
+exit "${FAKE_EXIT:-0}")SH");
+    put("scancel", R"SH(echo "$*" >> "$FAKE/scancel.log"
+if [[ -e $FAKE/step ]]; then kill -TERM "$(cat "$FAKE/srun.pid")"; fi)SH");
+    put("squeue", R"SH(if [[ -e $FAKE/step ]]; then echo "$SLURM_JOB_ID.0"; fi
+echo "$SLURM_JOB_ID.batch")SH");
+    put("scontrol", R"SH(echo "$*" >> "$FAKE/scontrol.log")SH");
+    put("date", R"SH(if [[ ${FAKE_USR1:-} == start && ! -e $FAKE/usr1.sent ]]; then
+  touch "$FAKE/usr1.sent"
+  kill -USR1 "$(cat "$FAKE/script.pid")"
+fi
+exec /bin/date "$@")SH");
+  }
+  void put(const std::string& name, const std::string& body) const {
+    std::ofstream(dir / "bin" / name) << "#!/bin/bash\n# A stand-in for Slurm's " << name << " (test_slurm.cpp).\n"
+                                      << body << "\n";
+    fs::permissions(dir / "bin" / name, fs::perms::owner_all);
+  }
+  /// The script, run as the batch script with `vars` (FAKE_...) set; its status and output.
+  test_util::ShellResult run(const std::string& vars) const {
+    return test_util::shell("env PATH=" + quote((dir / "bin").string()) + ":\"$PATH\" FAKE=" + quote(dir.string()) +
+                            " SLURM_JOB_ID=4242 SLURM_JOB_NAME=pipeline SLURM_JOB_NODELIST=n1 PIPELINE_RUN_DIR=" +
+                            quote(run_dir.string()) + " SCRIPT=" + quote(kTemplate) + " " + vars +
+                            " bash -c 'echo $$ > \"$FAKE/script.pid\"; exec bash \"$SCRIPT\"'");
+  }
+  std::string file(const std::string& name) const {
+    return fs::exists(dir / name) ? test_util::read_file(dir / name) : std::string();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the batch script's logic: a warning before srun's step, or before srun, and srun's own status") {
+  {  // SIGUSR1 before srun's step exists: the SIGTERM waits for the step, then the requeue.
+    FakeSlurm f("sbatch_early_step");
+    auto r = f.run("FAKE_USR1=srun FAKE_STEP_DELAY=2 FAKE_RUN_SECONDS=20");
+    INFO(r.out);
+    CHECK(r.code == 0);
+    CHECK(f.file("scancel.log") == "--signal=TERM 4242\n");  // once, when the step existed
+    CHECK(f.file("scontrol.log") == "requeue 4242\n");
+    CHECK(contains(r.out, "requeued: the job continues from the checkpoint"));
+  }
+  {  // SIGUSR1 before srun started: no srun, no requeue, a status that fails the job.
+    FakeSlurm f("sbatch_before_srun");
+    auto r = f.run("FAKE_USR1=start");
+    INFO(r.out);
+    CHECK(r.code == 1);
+    CHECK(!fs::exists(f.dir / "srun.pid"));
+    CHECK(f.file("scontrol.log").empty());
+    CHECK(contains(r.out, "the time-limit warning came before the run started: no requeue, since the next "
+                          "allocation would do the same"));
+  }
+  {  // Stopped, but no newer checkpoint: no requeue (it would come back forever).
+    FakeSlurm f("sbatch_no_step");
+    std::ofstream(f.run_dir / "checkpoints" / "step_00000050.ckpt") << "x";
+    auto r = f.run("FAKE_USR1=srun FAKE_ON_TERM=none");
+    INFO(r.out);
+    CHECK(r.code == 143);
+    CHECK(f.file("scancel.log") == "--signal=TERM 4242\n");
+    CHECK(f.file("scontrol.log").empty());
+    CHECK(contains(r.out, "this allocation trained no step (the newest checkpoint is still step_00000050.ckpt): no "
+                          "requeue"));
+  }
+  // srun fails as the warning comes: its status, never the 138 of the signal that cut the wait
+  // (nor the -1 of bash 5.2's wait, which loses it now and then: 1 time in 20 to 30 here).
+  for (int i = 0; i < 10; ++i) {
+    FakeSlurm f("sbatch_status_" + std::to_string(i));
+    auto r = f.run("FAKE_USR1=srun_exit FAKE_EXIT=7");
+    INFO(r.out);
+    CHECK(r.code == 7);
+    CHECK(contains(r.out, "the run did not stop with a checkpoint (status 7): no requeue"));
+    CHECK(contains(r.out, "the run ended with status 7"));
+    CHECK(f.file("scontrol.log").empty());
+  }
+}
+
 TEST_CASE("srun -N2 -n2 trains what torchrun trains with 2 ranks; a batch script without srun is refused") {
   const std::string torchrun = PIPELINE_TORCHRUN;
   if (torchrun.empty() || !fs::exists(torchrun)) skip("no torchrun (set-up's torch venv) to compare with");
@@ -273,6 +385,26 @@ TEST_CASE("srun -N2 -n2 trains what torchrun trains with 2 ranks; a batch script
   CHECK(contains(s.out, "rank 0 of 2 (local rank 0 of 1), store at 127.0.0.1:"));  // the first of 127.0.0.[1-2]
   CHECK(contains(s.out, "(hosted here), ranks from srun; starts the run"));
   check_same_run(root / "srun", root / "torchrun", kSteps);
+  // The store's port is the one Slurm reserved for the step (MpiParams=ports), not the job id's.
+  const auto reserved = c.sh("srun --nodes=2 --ntasks=2 --time=1 printenv SLURM_STEP_RESV_PORTS");
+  REQUIRE(reserved.code == 0);
+  const int block = std::stoi(reserved.out.substr(0, reserved.out.find('-')));
+  const auto port_at = s.out.find("store at 127.0.0.1:") + std::strlen("store at 127.0.0.1:");
+  const int port = std::stoi(s.out.substr(port_at));
+  CHECK(port / 100 == block / 100);  // from the cluster's block of 100
+
+  // --distribution=arbitrary, rank 0 on the second node (SLURM_HOSTFILE): the first node's first
+  // task, rank 1, hosts the store there, outlives rank 0's last reads, and the run is the same.
+  std::ofstream(root / "hosts") << "127.0.0.2\n127.0.0.1\n";
+  auto arb_cfg = write_config(root, "arbitrary", data);
+  auto a = c.sh("SLURM_HOSTFILE=" + quote((root / "hosts").string()) + " srun --ntasks=2 --distribution=arbitrary "
+                "--time=5 " + quote(kExe) + " run " + quote(arb_cfg.string()) + sets(kSteps, 0));
+  INFO(a.out);
+  REQUIRE(a.code == 0);
+  CHECK(contains(a.out, "rank 0 of 2 (local rank 0 of 1), store at 127.0.0.1:"));
+  CHECK(contains(a.out, "(hosted by the first node's first task), ranks from srun; starts the run"));
+  CHECK(!contains(a.out, "sent no final statistics"));
+  check_same_run(root / "arbitrary", root / "torchrun", kSteps);
   // Two tasks asked for, and pipeline run in the batch script itself: refused, naming why.
   auto bad_cfg = write_config(root, "batch", data);
   auto id = c.sbatch("--nodes=2 --ntasks=2 --output=" + quote((root / "batch.out").string()) + " --wrap=" +
@@ -336,6 +468,27 @@ TEST_CASE("a 1-minute time limit: the run checkpoints, requeues itself and compl
   }
   // The run that was requeued is the run that was not: losses, tokens and weights.
   check_same_run(k.run_dir, ref.get(), kSteps);
+}
+
+TEST_CASE("a run that starts later than the warning: stopped before its first step, and not requeued") {
+  Case k("slurm_late");
+  const auto& c = k.c;
+  // A program that takes 50 s to start (an image to pull, a slow file system), and the warning
+  // at the allocation's start: Slurm sends it at its first look at the clock, within 30 s.
+  const auto slow = k.root / "slow_start.sh";
+  std::ofstream(slow) << "#!/bin/bash\nsleep 50\nexec " << quote(kExe) << " \"$@\"\n";
+  fs::permissions(slow, fs::perms::owner_all);
+  auto id = k.submit("1", "--signal=B:USR1@60", 20, 0, slow.string());
+  const auto state = c.wait_job(id, std::chrono::seconds(180));
+  const auto log = test_util::read_file(k.out);
+  INFO(log);
+  CHECK(state == "FAILED");  // the script's 143: stopped, and not requeued
+  CHECK(c.job(id, "Restarts") == "0");
+  CHECK(contains(log, "SIGUSR1: the time limit is near"));
+  CHECK(contains(log, "this allocation trained no step (the newest checkpoint is still none): no requeue, since the "
+                      "next allocation would do the same"));
+  CHECK(!contains(log, "requeued:"));
+  CHECK(stages::checkpoints_newest_first(k.run_dir).empty());
 }
 
 TEST_CASE("scancel mid-run: one checkpoint at the last step trained, the job cancelled, no requeue") {

@@ -4,19 +4,25 @@
 #include <algorithm>
 #include <any>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
 
+#include "base/json.h"
 #include "datasets/sources/dataset_reader.h"
 #include "graph/engine.h"
 #include "graph/observe/stats.h"
+#include "runner/resume_records.h"
 #include "runner/run_setup.h"
 #include "train_harness.h"
 
@@ -66,10 +72,12 @@ TEST_CASE("the same seed gives the same losses whatever the tokenize worker coun
   fs::remove_all(root);
 }
 
-TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches") {
+TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches (the documents order)") {
+  // One stream whatever the format it is stored in. (The lanes order deals units, a text shard's
+  // blocks or a token shard's, which hold different documents: each lane's stream differs.)
   auto root = temp_dir("swap");
-  auto text = run(tiny_config(root / "t", kTextInput), root / "t");
-  auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k");
+  auto text = run(tiny_config(root / "t", kTextInput), root / "t", {"data.order=\"documents\""});
+  auto tokens = run(tiny_config(root / "k", kTokenInput, kData + "tokens"), root / "k", {"data.order=\"documents\""});
   REQUIRE(text.losses.size() == 8);
   CHECK(text.losses == tokens.losses);
   fs::remove_all(root);
@@ -78,14 +86,16 @@ TEST_CASE("read_tokens in place of read_shards + tokenize gives the same batches
 TEST_CASE("record_batches with last_target: the file is every input and target trained on") {
   // 8 steps x 2 micro-batches of B*T = 64 tokens, then the last batch's last target: the token
   // stream's first 1025 tokens (read_tokens and pack cut it without gaps or overlaps but the one
-  // token each window shares with the next). Without last_target, one token fewer.
+  // token each window shares with the next). Without last_target, one token fewer. The
+  // documents order: its rows are cut from one stream, which the lanes order's are not.
   auto root = temp_dir("record");
   const std::string input =
       "[stages.read]\ntype = \"read_tokens\"\nchunk_tokens = 100\n"
       "[stages.pack]\ntype = \"pack\"\ninput = \"read\"\ncapacity = 8\n"
       "[stages.rec]\ntype = \"record_batches\"\ninput = \"pack\"\nlast_target = true\n"
       "[stages.h2d]\ntype = \"h2d\"\ninput = \"rec\"\ncapacity = 2\n";
-  auto with = run(tiny_config(root / "with", input, kData + "tokens"), root / "with", {"training.grad_accum=2"});
+  const std::vector<std::string> sets = {"training.grad_accum=2", "data.order=\"documents\""};
+  auto with = run(tiny_config(root / "with", input, kData + "tokens"), root / "with", sets);
   REQUIRE(with.last_step == 8);
   datasets::TokenDatasetReader reader;
   reader.open(kData + "tokens", "train");
@@ -96,7 +106,7 @@ TEST_CASE("record_batches with last_target: the file is every input and target t
   CHECK(std::memcmp(recorded.data(), stream.data(), recorded.size()) == 0);
   std::string plain = input;
   plain.replace(plain.find("last_target = true\n"), 19, "");
-  auto without = run(tiny_config(root / "without", plain, kData + "tokens"), root / "without", {"training.grad_accum=2"});
+  auto without = run(tiny_config(root / "without", plain, kData + "tokens"), root / "without", sets);
   CHECK(without.losses == with.losses);
   CHECK(test_util::read_file(root / "without" / "batches.u16") == recorded.substr(0, recorded.size() - 2));
   fs::remove_all(root);
@@ -114,6 +124,69 @@ TEST_CASE("synthetic input replaces the whole input side") {
 TEST_CASE("resume from a checkpoint continues with the same losses, bit for bit") {
   auto root = temp_dir("resume");
   CHECK(error_of([&] { check_exact_resume(root, kTextInput); }) == "");
+  fs::remove_all(root);
+}
+
+namespace {
+
+// Every line of a run's metrics.jsonl with a "step", in order: its step, and whether it is an
+// evaluation's.
+std::vector<std::pair<int64_t, bool>> metric_steps(const fs::path& file) {
+  std::vector<std::pair<int64_t, bool>> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    const auto v = json_parse(line);
+    if (v.find("step")) out.emplace_back(static_cast<int64_t>(v.number("step")), v.find("val_loss") != nullptr);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a resume moves the records past its checkpoint out of metrics.jsonl: each step once, none lost") {
+  auto root = temp_dir("superseded");
+  const std::string input = kTextInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  // 8 steps, checkpoints at 4 and 8, an evaluation every 3: the run went on past step 4 and died.
+  auto first = run(tiny_config(root / "run", input), root / "run", {"eval.every=3", "eval.batches=1", "eval.sample_tokens=0"});
+  REQUIRE(first.last_step == 8);
+  fs::remove(root / "run" / "checkpoints" / "step_00000008.ckpt");
+  std::ofstream(root / "run" / "metrics.jsonl", std::ios::app) << "{\"step\":9,\"loss\":";  // a kill mid-line
+  auto resumed = run("", root / "run", {}, root / "run");
+  REQUIRE(resumed.last_step == 8);
+  const auto steps = metric_steps(root / "run" / "metrics.jsonl");
+  std::vector<std::pair<int64_t, bool>> want;
+  for (int64_t s = 1; s <= 8; ++s) {
+    want.emplace_back(s, false);
+    if (s % 3 == 0 || s == 8) want.emplace_back(s, true);
+  }
+  auto sorted = steps;  // (an evaluation's line comes when it is done, after later steps' maybe)
+  std::sort(sorted.begin(), sorted.end());
+  CHECK(sorted == want);
+  // What the first run logged past step 4 is kept aside, the cut line included.
+  const auto moved = test_util::read_file(root / "run" / "metrics.superseded.jsonl");
+  size_t lines = 0;
+  for (char c : moved) lines += c == '\n';
+  CHECK(lines == 4 + 2 + 1);  // steps 5-8, the evaluations at 6 and 8, the cut line
+  CHECK(contains(moved, "{\"step\":9,\"loss\":\n"));
+  CHECK(contains(test_util::read_file(root / "run" / "run.log"),
+                 "resuming from step 4: 7 records of metrics.jsonl past it (logged before the run stopped, trained "
+                 "again now) moved to metrics.superseded.jsonl"));
+  fs::remove_all(root);
+}
+
+TEST_CASE("superseding records: lines without a step stay, the rest past the step move, appended; no file, nothing") {
+  auto root = temp_dir("supersede_unit");
+  CHECK(stages::supersede_metrics_after(root, 3) == 0);  // no metrics.jsonl
+  CHECK(!fs::exists(root / "metrics.superseded.jsonl"));
+  const std::string slurm = R"({"slurm_job_id":"7","slurm_restart_count":0,"start_step":0,"ranks":2})";
+  std::ofstream(root / "metrics.jsonl") << slurm << "\n{\"step\":1,\"loss\":3}\n{\"step\":2,\"loss\":2}\n"
+                                        << "{\"step\":2,\"val_loss\":2.5}\n{\"step\":3,\"loss\":1}\nnot json\n";
+  std::ofstream(root / "metrics.superseded.jsonl") << "{\"step\":9,\"loss\":0}\n";
+  CHECK(stages::supersede_metrics_after(root, 5) == 0);  // nothing past step 5: untouched
+  CHECK(stages::supersede_metrics_after(root, 1) == 3);
+  CHECK(test_util::read_file(root / "metrics.jsonl") == slurm + "\n{\"step\":1,\"loss\":3}\nnot json\n");
+  CHECK(test_util::read_file(root / "metrics.superseded.jsonl") ==
+        "{\"step\":9,\"loss\":0}\n{\"step\":2,\"loss\":2}\n{\"step\":2,\"val_loss\":2.5}\n{\"step\":3,\"loss\":1}\n");
   fs::remove_all(root);
 }
 
@@ -250,6 +323,61 @@ TEST_CASE("clear errors: missing dataset, wrong port, unknown stage type, bad mo
   run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"});
   auto again = error_of([&] { run(tiny_config(root / "x", kTextInput), root / "x", {"training.steps=1"}); });
   CHECK(contains(again, "--resume"));
+  fs::remove_all(root);
+}
+
+namespace {
+
+// Whether thread `tid` (0: the calling one) runs lowered as base/idle_thread.h lowers: SCHED_IDLE, or nice +19.
+bool lowered(pid_t tid) {
+  errno = 0;
+  const int nice = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  return sched_getscheduler(tid) == SCHED_IDLE || (errno == 0 && nice == 19);
+}
+
+// This process's threads: id and name.
+std::vector<std::pair<pid_t, std::string>> threads_of_process() {
+  std::vector<std::pair<pid_t, std::string>> out;
+  for (const auto& e : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(e.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    out.emplace_back(static_cast<pid_t>(std::stoi(e.path().filename().string())), name);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU run's evaluations compute at idle priority; eval's own thread, which takes the engine's locks, does not") {
+  auto root = temp_dir("eval_idle");
+  const std::string input = kTokenInput + "[stages.eval]\ntype = \"eval\"\ninput = \"train\"\ncapacity = 4\n";
+  auto p = plan(tiny_config(root / "run", input, kData + "tokens"), root / "run",
+                {"eval.every=2", "eval.batches=1", "eval.sample_tokens=4"});
+  std::mutex mu;
+  int lines = 0, computing = 0, computing_lowered = 0;
+  bool printer_lowered = false;
+  // Eval's results are printed from eval's own thread: the one that hands them on to the engine.
+  p.ctx->log->set_printer([&](const std::string& line) {
+    if (!line.starts_with("eval")) return;
+    std::lock_guard<std::mutex> lock(mu);
+    ++lines;
+    printer_lowered = printer_lowered || lowered(0);
+    for (const auto& [tid, name] : threads_of_process())
+      if (name == "eval compute") {
+        ++computing;
+        computing_lowered += lowered(tid);
+      }
+  });
+  auto r = execute(p);
+  REQUIRE(r.last_step == 8);
+  CHECK(lines == 4);
+  CHECK(!printer_lowered);
+  CHECK(computing >= 4);  // the thread the evaluations ran on, alive at each line...
+  CHECK(computing_lowered == computing);  // ...and lowered
+  // Once the run is over, no thread of this process is lowered: the engine's (TBB's workers, which
+  // outlive the run) and every other kept their priority.
+  for (const auto& [tid, name] : threads_of_process()) CHECK_MESSAGE(!lowered(tid), "thread " << tid << " (" << name << ")");
   fs::remove_all(root);
 }
 

@@ -1,6 +1,8 @@
 // The TensorBoard event writer (graph/observe/tensorboard.h): CRC-32C against its check values and a
-// bit-by-bit reference, TFRecord framing, and an event file's records. That TensorBoard itself
-// reads the files back (tags, steps, values) is tested in test_interop with the tensorboard package.
+// bit-by-bit reference, TFRecord framing, and an event file's records, a resumed run's session
+// start included. That TensorBoard itself reads the files back (tags, steps, values) is tested in
+// test_interop with the tensorboard package, and that it drops what a resume trains again, in
+// test_distributed_e2e.
 #include <doctest/doctest.h>
 
 #include "test_util.h"
@@ -105,6 +107,29 @@ TEST_CASE("an event file starts with the file version, then one record per event
   // A zero must be on the wire (in a oneof), or TensorBoard would see a value without data:
   // the lr value is tag 2, wire type 5 (fixed32) = 0x15, then four zero bytes.
   CHECK(recs[1].find(std::string("\x15\0\0\0\0", 5)) != std::string::npos);
+}
+
+TEST_CASE("a resumed run's file starts with a session start at its first step (TensorBoard's purge)") {
+  TempDir dir("tensorboard_purge");
+  fs::path path;
+  {
+    TensorBoardWriter tb(dir.path, 9);
+    path = tb.path();
+    tb.add_scalar("train/loss", 9, 3.0, 1700000002.0);
+  }
+  const auto recs = records(read_file(path));
+  REQUIRE(recs.size() == 3);
+  CHECK(recs[0].find("brain.Event:2") != std::string::npos);
+  // wall_time (field 1, fixed64), step 9 (field 2: 0x10 0x09), session_log (field 7,
+  // length-delimited: 0x3a, 2 bytes) holding status START (field 1: 0x08 0x01), as
+  // tensorboard/compat/proto/event.proto numbers them.
+  CHECK(recs[1].size() == 9 + 2 + 4);
+  CHECK(recs[1].ends_with(std::string("\x10\x09\x3a\x02\x08\x01", 6)));
+  CHECK(recs[2] == tensorboard_scalars_event(9, 1700000002.0, {{"train/loss", 3.0}}));
+  // A fresh run's file has none.
+  TempDir fresh("tensorboard_fresh");
+  TensorBoardWriter tb(fresh.path);
+  CHECK(records(read_file(tb.path())).size() == 1);
 }
 
 TEST_CASE("a stats snapshot becomes busy shares, item rates and queue occupancy") {

@@ -214,7 +214,7 @@ TEST_CASE("pack's overflow path on CUDA: windows beyond the pinned pool arrive i
   check_losses_close(gpu, cpu, 1e-3, "gpu (overflow) vs cpu");
   bool reported = false;
   for (const auto& l : printed)
-    if (l.find("windows went to buffers outside its pool of 2") != std::string::npos) reported = true;
+    if (l.find("batches went to buffers outside its pool of 2") != std::string::npos) reported = true;
   CHECK(reported);
   fs::remove_all(root);
 }

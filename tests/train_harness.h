@@ -15,6 +15,9 @@
 
 #include "graph/engine.h"
 #include "kept_dirs.h"
+#include "model/net/gpt2.h"
+#include "model/net/optim.h"
+#include "model/net/schedule.h"
 #include "runner/run_setup.h"
 #include "runner/tensorboard_log.h"
 
@@ -129,6 +132,36 @@ inline RunResult run(const std::string& toml, const fs::path& run_dir, std::vect
               fs::path resume = {}, std::function<void(graph::Engine&, stages::RunContext&)> during = {}) {
   auto p = plan(toml, run_dir, std::move(overrides), std::move(resume));
   return execute(p, std::move(during));
+}
+
+// A loss as log writes it into metrics.jsonl (%.9g: exact for fp32).
+inline std::string g9(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+// tiny_config's training done by hand, outside the graph: the same model, AdamW, clipping and
+// schedule, one micro-batch a step; `batch(step)` gives the step's x and y, (B, T) int64 each.
+// Returns each step's loss as log writes it, for comparing with a graph's, bit for bit.
+inline std::vector<std::string> hand_trained_losses(
+    const std::function<std::pair<torch::Tensor, torch::Tensor>(int64_t step)>& batch, int64_t steps = 8) {
+  model::GPT net(model::GPTConfig::preset("tiny"), 7);
+  net->train();
+  model::AdamW opt(net->named_parameters(), model::AdamWOptions{.lr = 1e-3});
+  model::LrSchedule sched{1e-3, 1e-4, 2, steps};
+  std::vector<std::string> out;
+  for (int64_t s = 0; s < steps; ++s) {
+    auto [x, y] = batch(s);
+    auto loss = net->loss(net->forward(x), y);
+    loss.backward();
+    model::clip_grad_norm(net->parameters(), 1.0);
+    opt.set_lr(sched.at(s));
+    opt.step();
+    opt.zero_grad();
+    out.push_back(g9(loss.item<float>()));
+  }
+  return out;
 }
 
 // Trains `input` for 8 steps twice; the second run is taken back to its step-4 checkpoint, as

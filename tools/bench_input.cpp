@@ -15,8 +15,10 @@
 // compared under the same load.
 //
 // usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] [--seq T]
-//                    [--dataset DIR]... [--chunk-bytes N] [--buffers N]
-// --buffers sets pack's pool ([stages.pack] buffers; default: the stage's own).
+//                    [--dataset DIR]... [--chunk-bytes N] [--buffers N] [--set KEY=VALUE]...
+// --buffers sets pack's pool ([stages.pack] buffers; default: the stage's own); --set any other
+// setting, as `pipeline run --set` does (--set data.order='"documents"' measures the documents
+// order, the default being the lanes order: docs/data_order.md).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -117,6 +119,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> data_sets;
   std::string chunk = "auto";
   int trials = 3, buffers = 0;
+  std::vector<std::string> sets;
   double seconds = 5, warmup_s = 1;
   int64_t B = 16, T = 1024;
   for (int i = 1; i < argc; ++i) {
@@ -137,10 +140,11 @@ int main(int argc, char** argv) {
     else if (a == "--dataset") data_sets.push_back(next());
     else if (a == "--chunk-bytes") chunk = next();
     else if (a == "--buffers") buffers = std::atoi(next().c_str());
+    else if (a == "--set") sets.push_back(next());
     else {
       std::fprintf(stderr,
                    "usage: bench_input [--workers W|auto] [--seconds S] [--warmup S] [--trials N] [--batch B] "
-                   "[--seq T] [--dataset DIR]... [--chunk-bytes N|auto] [--buffers N]\n");
+                   "[--seq T] [--dataset DIR]... [--chunk-bytes N|auto] [--buffers N] [--set KEY=VALUE]...\n");
       return 2;
     }
   }
@@ -165,6 +169,7 @@ int main(int argc, char** argv) {
       in.seq = T;
       in.chunk_bytes = chunk;
       in.pack_buffers = buffers;
+      in.sets = sets;
       in.tokenize_workers = workers == "auto" ? 0 : std::atoi(workers.c_str());
       double s = 0, cpu = 0;
       uint64_t bytes = 0, tokens = 0, batches = 0;

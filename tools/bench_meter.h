@@ -76,6 +76,7 @@ struct InputSide {
   int capacity = 64;   // of every edge (0: auto)
   int pack_buffers = 0;  // [stages.pack] buffers (0: the stage's default)
   bool autotune = false, stats = false;
+  std::vector<std::string> sets;  // more "section.key=value" settings (e.g. data.order="documents")
 };
 
 /// What a run leaves: its final stats and events (with stats on).
@@ -94,6 +95,7 @@ inline RunResult run_input_side(const InputSide& in, const std::function<void(gr
   req.create_run_dir = false;
   req.overrides = {"training.batch_size=" + std::to_string(in.batch), "training.seq_len=" + std::to_string(in.seq),
                    "data.dataset=\"" + in.dataset + "\"", "data.loop=true", "logging.live=\"off\""};
+  req.overrides.insert(req.overrides.end(), in.sets.begin(), in.sets.end());
   auto plan = stages::plan_run(req);
   graph::GraphSpec g;
   g.add("read", "read_shards")

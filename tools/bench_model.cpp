@@ -29,6 +29,7 @@
 // is under 1% (docs/robustness.md#the-spike-guard).
 #include "model/net/autocast.h"
 #include "model/device/captured_step.h"
+#include "model/device/cpu_block_cache.h"
 #include "model/device/device_event.h"
 #include "model/device/device_peak.h"
 #include "model/net/gpt2.h"
@@ -207,6 +208,7 @@ int main(int argc, char** argv) try {
   const bool cuda = o.device.empty() ? torch::cuda::is_available() : o.device == "cuda";
   if (cuda && !torch::cuda::is_available()) throw std::runtime_error("--device cuda but no CUDA device");
   const torch::Device device = cuda ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  m::install_cpu_block_cache();  // as `pipeline` does (PIPELINE_CPU_ALLOC=glibc leaves it out)
   std::optional<PeakCpuAllocator> cpu_memory;  // every CPU tensor from here on is counted
   if (!cuda) cpu_memory.emplace();
 
@@ -239,12 +241,12 @@ int main(int argc, char** argv) try {
   const auto loss_path = model->loss_path(device, compute_dtype);
   const auto attention = model->attention_backend(o.seq, compute_dtype, device);
 
-  // One window of B*T+1 tokens, as the training graph feeds them: x and y are views of it.
-  torch::Tensor tokens, x, y;
+  // B rows of T+1 tokens, as the training graph feeds them: x = rows[:, :T], y = rows[:, 1:].
+  torch::Tensor rows, x, y;
   auto make_batch = [&] {
-    tokens = torch::randint(cfg.vocab_size, {o.batch * o.seq + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
-    x = tokens.narrow(0, 0, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
-    y = tokens.narrow(0, 1, o.batch * o.seq).view({o.batch, o.seq});  // (B, T)
+    rows = torch::randint(cfg.vocab_size, {o.batch, o.seq + 1}, torch::TensorOptions().dtype(torch::kLong).device(device));
+    x = rows.narrow(1, 0, o.seq).contiguous();  // (B, T)
+    y = rows.narrow(1, 1, o.seq).contiguous();  // (B, T)
   };
   make_batch();
 
@@ -271,7 +273,7 @@ int main(int argc, char** argv) try {
   int64_t step_peak = 0, fwd_bwd_peak = 0, kept = 0;
   auto step = [&] {
     if (graphs) {
-      graphs->micro_batch(tokens, 0);
+      graphs->micro_batch(rows, 0);
       loss = graphs->update(1e-4).first;
     } else {
       opt.zero_grad();
@@ -310,7 +312,7 @@ int main(int argc, char** argv) try {
                   static_cast<long long>(o.batch / 2));
       o.batch /= 2;
       loss = torch::Tensor();
-      tokens = x = y = torch::Tensor();
+      rows = x = y = torch::Tensor();
       opt.zero_grad();
 #ifdef PIPELINE_HAVE_CUDA
       c10::cuda::CUDACachingAllocator::emptyCache();

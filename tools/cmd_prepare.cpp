@@ -45,6 +45,10 @@ options:
   --seed N             seed of the train/val assignment (default 1337)
   --shard-size SIZE    close a shard once it holds SIZE uncompressed bytes (default 128M;
                        suffixes K, M, G are powers of 1024)
+  --block-bytes SIZE   cut each shard into blocks of about SIZE uncompressed bytes of whole
+                       documents, each a zstd frame read on its own (default 64K): the units
+                       a run's lanes read by random access (docs/data_order.md); 0 writes one
+                       frame a shard (format 1)
   --level N            zstd compression level, 1..19 (default 3)
   --threads N          tokenizing threads with --tokens (default: all cores)
   --column NAME        the text column of Parquet inputs (default text)
@@ -103,6 +107,9 @@ int prepare_main(const std::vector<std::string>& args) {
         throw std::invalid_argument("--seed " + v + ": expected a non-negative integer");
     } else if (a == "--shard-size") {
       o.shard_size = pipeline::datasets::parse_byte_size(option_value(args, i, "prepare"));
+    } else if (a == "--block-bytes") {
+      const std::string v = option_value(args, i, "prepare");
+      o.block_bytes = v == "0" ? 0 : pipeline::datasets::parse_byte_size(v);
     } else if (a == "--level") {
       o.level = static_cast<int>(parse_int(a, option_value(args, i, "prepare"), 1, 19));
     } else if (a == "--threads") {

@@ -204,6 +204,7 @@ int run_main(const std::vector<std::string>& args) {
       std::_Exit(1);
     }
     if (!ctx.writer()) {
+      rank->wait_for_others();  // (this rank may host the store: srun's first node's first task)
       if (!guard_stop(ctx).empty()) return 1;
       if (plan.dp->stopped_early() != stages::DataParallel::EarlyStop::requested) return 0;
       return 128 + (signals.stop_signal() ? signals.stop_signal() : SIGINT);

@@ -1,7 +1,8 @@
 // `pipeline stats RUN_DIR`: the summary table and bottleneck verdict of a finished or running
-// run (from its stats files), its evaluations (metrics.jsonl), plus a chart written as SVG (the
-// graph at its steady state above each edge's occupancy over time) and, with --html, the live
-// page standing alone for the run.
+// run (from its stats files), its evaluations, the hashes of its steps' rows and what the spike
+// guard did (metrics.jsonl), plus a chart written as SVG (the graph at its steady state above each
+// edge's occupancy over time) and, with --html, the live page standing alone for the run.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -29,52 +30,69 @@ std::vector<pipeline::graph::Snapshot> thin(const std::vector<pipeline::graph::S
   return out;
 }
 
-// The run's evaluations from its metrics.jsonl (the validation loss, HellaSwag's accuracy), the
-// last `most` of them, one line each; nothing when it has none.
-void print_evaluations(std::ostream& os, const std::filesystem::path& dir, size_t most = 20) {
+// Each record of the run's metrics.jsonl whose text holds one of `marks`, parsed, in order; a
+// line cut short by a crash is passed over (the others still count).
+template <typename Fn>
+void each_record(const std::filesystem::path& dir, std::initializer_list<const char*> marks, Fn&& fn) {
   std::ifstream in(dir / "metrics.jsonl");
-  std::vector<std::string> rows;
-  char buf[256];
   for (std::string line; std::getline(in, line);) {
-    if (line.find("\"val_loss\"") == std::string::npos && line.find("\"hellaswag_acc_norm\"") == std::string::npos)
+    if (std::none_of(marks.begin(), marks.end(), [&](const char* m) { return line.find(m) != std::string::npos; }))
       continue;
     pipeline::JsonValue v;
     try {
       v = pipeline::json_parse(line);
     } catch (const pipeline::JsonParseError&) {
-      continue;  // a line cut short by a crash: the others still count
+      continue;
     }
+    fn(v);
+  }
+}
+
+// The run's evaluations from its metrics.jsonl (the validation loss, HellaSwag's accuracy), the
+// last `most` of them, one line each; nothing when it has none.
+void print_evaluations(std::ostream& os, const std::filesystem::path& dir, size_t most = 20) {
+  std::vector<std::string> rows;
+  char buf[256];
+  each_record(dir, {"\"val_loss\"", "\"hellaswag_acc_norm\""}, [&](const pipeline::JsonValue& v) {
     int n = std::snprintf(buf, sizeof buf, "  step %8.0f", v.number("step"));
     if (v.find("val_loss")) n += std::snprintf(buf + n, sizeof buf - n, "  val loss %.4f", v.number("val_loss"));
     if (v.find("hellaswag_acc_norm"))
       std::snprintf(buf + n, sizeof buf - n, "  hellaswag acc_norm %.4f acc %.4f (%.0f items)", v.number("hellaswag_acc_norm"),
                     v.number("hellaswag_acc"), v.number("hellaswag_items"));
     rows.emplace_back(buf);
-  }
+  });
   if (rows.empty()) return;
   os << "\nevaluations (metrics.jsonl"
      << (rows.size() > most ? ", the last " + std::to_string(most) + " of " + std::to_string(rows.size()) : "") << "):\n";
   for (size_t i = rows.size() > most ? rows.size() - most : 0; i < rows.size(); ++i) os << rows[i] << "\n";
 }
 
+// The hashes of the steps' rows ("windows" in metrics.jsonl, docs/data_order.md): how many steps
+// have one, and the first and the last, so that two runs of one data order can be told apart or
+// alike at a glance; nothing for a run written before them.
+void print_windows(std::ostream& os, const std::filesystem::path& dir) {
+  std::string first, last;
+  size_t steps = 0;
+  each_record(dir, {"\"windows\""}, [&](const pipeline::JsonValue& v) {
+    const auto* w = v.find("windows");
+    if (!w) return;
+    last = "step " + std::to_string(static_cast<long long>(v.number("step"))) + " " + w->text;
+    if (first.empty()) first = last;
+    ++steps;
+  });
+  if (steps == 0) return;
+  os << "\ndata: the rows of " << steps << " steps hashed (\"windows\" in metrics.jsonl): " << first
+     << (steps > 1 ? ", ..., " + last : "") << "\n";
+}
+
 // What the spike guard did ([training.guard]), from metrics.jsonl: the steps it skipped, its
 // rollbacks and a stop; nothing when it did nothing.
 void print_guard(std::ostream& os, const std::filesystem::path& dir, size_t most = 40) {
-  std::ifstream in(dir / "metrics.jsonl");
   std::vector<long long> skipped;
   std::vector<std::string> events;
   char buf[256];
-  for (std::string line; std::getline(in, line);) {
-    const bool skip = line.find("\"skipped\":1") != std::string::npos;
-    const bool event = line.find("\"event\":\"guard_") != std::string::npos;
-    if (!skip && !event) continue;
-    pipeline::JsonValue v;
-    try {
-      v = pipeline::json_parse(line);
-    } catch (const pipeline::JsonParseError&) {
-      continue;
-    }
-    if (skip) skipped.push_back(static_cast<long long>(v.number("step")));
+  each_record(dir, {"\"skipped\":1", "\"event\":\"guard_"}, [&](const pipeline::JsonValue& v) {
+    if (v.find("skipped") && v.number("skipped") == 1) skipped.push_back(static_cast<long long>(v.number("step")));
     if (v.string("event") == "guard_rollback") {
       std::snprintf(buf, sizeof buf, "  step %8.0f  rollback %.0f: back to step %.0f after steps %s were skipped; data steps %s skipped",
                     v.number("step"), v.number("guard_rollbacks"), v.number("to_step"), v.string("streak").c_str(),
@@ -85,7 +103,7 @@ void print_guard(std::ostream& os, const std::filesystem::path& dir, size_t most
                     v.number("step"), v.number("guard_rollbacks"));
       events.emplace_back(buf);
     }
-  }
+  });
   if (skipped.empty() && events.empty()) return;
   os << "\nspike guard (metrics.jsonl): " << skipped.size() << " step" << (skipped.size() == 1 ? "" : "s") << " skipped";
   if (!skipped.empty()) {
@@ -131,6 +149,7 @@ int stats_main(const std::vector<std::string>& args) {
   graph::print_summary(std::cout, pipeline::stages::rank_rows(s),
                        s.verdict.kind.empty() ? pipeline::stages::analyze_ranks(s) : s.verdict);
   print_evaluations(std::cout, dir);
+  print_windows(std::cout, dir);
   print_guard(std::cout, dir);
   auto series = graph::load_run_series(dir);
   auto events = graph::load_run_events(dir);

@@ -7,6 +7,7 @@ trajectories: every step's learning rate, loss and gradient norm, and the final 
 What the run must have (docs/eval.md, "A trajectory pinned to PyTorch's"):
   - started from a Hugging Face GPT-2 directory: `[model] init_from` (read from RUN_DIR/config.toml),
     or --init HF_DIR, the directory the run's first weights were exported to;
+  - trained in the documents order (`[data] order = "documents"`: one token stream, cut in windows);
   - recorded its batches with the last target: a `record_batches` stage after pack with
     `last_target = true`, so RUN_DIR/batches.u16 holds steps * grad_accum * B * T + 1 tokens
     (pack's windows overlap by one token: batch i is x = tokens[i*B*T : (i+1)*B*T] and
@@ -110,6 +111,9 @@ def main():
     bf16 = t["dtype"] == "bf16"
     if m.get("dropout", 0.0) != 0.0:
         fail(f"{run_dir}: [model] dropout = {m['dropout']}: the replay needs dropout 0 (random masks differ)")
+    if cfg.get("data", {}).get("order", "documents") != "documents":
+        fail(f"{run_dir}: [data] order = \"{cfg['data']['order']}\": the replay reads one token stream, which only "
+             "the documents order trains on (train with --set data.order='\"documents\"')")
     init = args.init or m.get("init_from", "")
     if not init:
         fail(f"{run_dir}: the run did not start from a Hugging Face directory ([model] init_from is empty); "

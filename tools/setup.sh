@@ -42,7 +42,8 @@ PACKAGES=(build-essential cmake ninja-build pkg-config ccache python3 python3-ve
           libprotobuf-dev protobuf-compiler libisal-dev  # TensorBoard event files: protobuf, CRC-32C
           libcpp-httplib-dev  # the live server (pipeline run --serve)
           chromium         # headless, for the live page's browser test (test_live_browser)
-          slurm-wlm munge)  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
+          slurm-wlm munge  # a two-node Slurm on this machine, for tests/test_slurm (tests/slurm/cluster.sh)
+          libxxhash-dev)   # xxHash, the 64-bit hash of a training row (datasets/order/row_hash.h)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -78,7 +78,9 @@ HellaSwagSet load_hellaswag(const std::filesystem::path& file, int64_t max_items
 
 HellaSwagRow hellaswag_row(const HellaSwagItem& item, int ending, int64_t block_size) {
   const auto& e = item.endings.at(static_cast<size_t>(ending));
-  const size_t room = static_cast<size_t>(block_size);
+  // block_size + 1 tokens: the model reads all but the last, which is only a target (lm-eval
+  // keeps max_length + 1 the same way).
+  const size_t room = static_cast<size_t>(block_size) + 1;
   if (e.size() >= room)
     throw std::invalid_argument("HellaSwag line " + std::to_string(item.line) + ": ending " + std::to_string(ending) +
                                 " has " + std::to_string(e.size()) + " tokens, the model's context " +
@@ -95,11 +97,11 @@ HellaSwagRow hellaswag_row(const HellaSwagItem& item, int ending, int64_t block_
 void check_hellaswag_fits(const HellaSwagSet& set, int64_t block_size) {
   for (const auto& item : set.items)
     for (size_t i = 0; i < 4; ++i)
-      if (static_cast<int64_t>(item.endings[i].size()) >= block_size)
+      if (static_cast<int64_t>(item.endings[i].size()) > block_size)
         throw line_error(set.file, item.line,
                          "ending " + std::to_string(i) + " has " + std::to_string(item.endings[i].size()) +
                              " tokens; a model with a context of " + std::to_string(block_size) +
-                             " tokens scores endings of up to " + std::to_string(block_size - 1));
+                             " tokens scores endings of up to " + std::to_string(block_size));
 }
 
 }  // namespace pipeline::datasets

@@ -5,7 +5,8 @@
 //
 // The context is `ctx` tokenized alone; each ending is tokenized as " " + ending, alone too (as the
 // references do: tokens are not merged across the boundary). The model sees context + ending; a
-// sequence longer than its context is cut from the left, the ending kept whole (hellaswag_row).
+// sequence longer than its context (plus the last target) is cut from the left, the ending kept
+// whole (hellaswag_row).
 #pragma once
 
 #include <array>
@@ -35,14 +36,16 @@ struct HellaSwagSet {
 HellaSwagSet load_hellaswag(const std::filesystem::path& file, int64_t max_items = 0);
 
 /// What the model reads for one ending: context + ending, cut from the left to at most
-/// `block_size` tokens with the ending whole; the ending starts at tokens[ending_begin] (>= 1).
+/// `block_size` + 1 tokens with the ending whole (the last token is a target only: the model reads
+/// the first block_size, as lm-eval's max_length + 1); the ending starts at tokens[ending_begin]
+/// (>= 1).
 struct HellaSwagRow {
   std::vector<uint32_t> tokens;
   size_t ending_begin = 0;
 };
 HellaSwagRow hellaswag_row(const HellaSwagItem& item, int ending, int64_t block_size);
 
-/// Throws, naming the file, line and ending, when an ending has `block_size` tokens or more (it
+/// Throws, naming the file, line and ending, when an ending has more than `block_size` tokens (it
 /// needs one context token before it to be scored whole).
 void check_hellaswag_fits(const HellaSwagSet& set, int64_t block_size);
 

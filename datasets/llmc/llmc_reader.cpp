@@ -10,6 +10,7 @@ namespace pipeline::datasets {
 Manifest llmc_manifest(const std::filesystem::path& dir) {
   Manifest m;
   m.format = DatasetFormat::llmc;
+  m.version = kManifestVersionOneFrame;  // no block shards: block_shards() is false
   m.kind = ShardKind::tokens;
   m.created_by = "llm.c shards";
   for (const auto& [split, files] : llmc_splits(dir)) {

@@ -30,27 +30,6 @@ int32_t header_int(std::string_view head, size_t index) {
   return v;
 }
 
-// "<prefix>_<split>_<digits>.bin" or "<prefix>_<split>.bin" -> (split, index); false otherwise.
-bool parse_shard_name(const std::string& name, std::string& split, uint64_t& index) {
-  std::string_view s(name);
-  if (!s.ends_with(".bin")) return false;
-  s.remove_suffix(4);
-  auto last = s.rfind('_');
-  if (last == std::string_view::npos) return false;
-  std::string_view tail = s.substr(last + 1);
-  index = 0;
-  auto [p, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), index);
-  if (!tail.empty() && ec == std::errc() && p == tail.data() + tail.size()) {
-    s = s.substr(0, last);
-    last = s.rfind('_');
-    if (last == std::string_view::npos) return false;
-    tail = s.substr(last + 1);
-  }
-  if (tail.empty() || last == 0) return false;  // a split and a non-empty prefix
-  split = std::string(tail);
-  return true;
-}
-
 }  // namespace
 
 bool looks_like_llmc_shard(std::string_view head) {
@@ -171,13 +150,34 @@ uint64_t LlmcShardWriter::finish() {
 
 // ---- directories ------------------------------------------------------------------------------
 
+bool parse_llmc_shard_name(const std::string& name, std::string& split, uint64_t& index) {
+  std::string_view s(name);
+  if (!s.ends_with(".bin")) return false;
+  s.remove_suffix(4);
+  auto last = s.rfind('_');
+  if (last == std::string_view::npos) return false;
+  std::string_view tail = s.substr(last + 1);
+  index = 0;
+  auto [p, ec] = std::from_chars(tail.data(), tail.data() + tail.size(), index);
+  if (!tail.empty() && ec == std::errc() && p == tail.data() + tail.size()) {
+    s = s.substr(0, last);
+    last = s.rfind('_');
+    if (last == std::string_view::npos) return false;
+    tail = s.substr(last + 1);
+  }
+  if (tail.empty() || last == 0) return false;  // a split and a non-empty prefix
+  split = std::string(tail);
+  return true;
+}
+
+
 std::map<std::string, std::vector<std::filesystem::path>> llmc_splits(const std::filesystem::path& dir) {
   std::map<std::string, std::vector<std::tuple<uint64_t, std::string, std::filesystem::path>>> found;
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::string split;
     uint64_t index = 0;
-    if (e.is_regular_file(ec) && parse_shard_name(e.path().filename().string(), split, index))
+    if (e.is_regular_file(ec) && parse_llmc_shard_name(e.path().filename().string(), split, index))
       found[split].emplace_back(index, e.path().filename().string(), e.path());
   }
   std::map<std::string, std::vector<std::filesystem::path>> out;

@@ -87,6 +87,10 @@ class LlmcShardWriter {
   uint64_t tokens_ = 0, documents_ = 0;
 };
 
+/// Whether `file_name` follows llm.c's naming, `<prefix>_<split>_<index>.bin` or
+/// `<prefix>_<split>.bin` (index 0), and if so its split and index.
+bool parse_llmc_shard_name(const std::string& file_name, std::string& split, uint64_t& index);
+
 /// The shard files of each split of an llm.c directory, in read order: split name -> paths.
 /// Files that do not follow the naming are ignored; an empty map means it is not such a directory.
 std::map<std::string, std::vector<std::filesystem::path>> llmc_splits(const std::filesystem::path& dir);

@@ -185,7 +185,7 @@ class SplitWriter {
                   o_.tokens ? "tokens" : "text");
     name_ = name;
     cur_ = std::make_unique<ShardWriter>(dir_ / name_, o_.tokens ? ShardKind::tokens : ShardKind::text,
-                                         ShardWriterOptions{.level = o_.level});
+                                         ShardWriterOptions{.level = o_.level, .block_bytes = o_.block_bytes});
   }
   void roll_if_full(uint64_t payload_bytes) {
     if (payload_bytes >= o_.shard_size) close_current();
@@ -201,7 +201,7 @@ class SplitWriter {
     if (!cur_) return;
     ShardWriter::Summary s = cur_->finish();
     cur_.reset();
-    shards_.push_back(ShardInfo{name_, s.bytes, s.documents, s.items, s.sha256});
+    shards_.push_back(ShardInfo{name_, s.bytes, s.documents, s.items, s.sha256, s.blocks});
   }
 
   fs::path dir_;
@@ -418,6 +418,8 @@ PrepareResult prepare_dataset(const std::vector<fs::path>& inputs, const Prepare
   m.seed = o.seed;
   m.val_fraction = o.val_fraction;
   m.split_rule = document_rule_name(o.rule);
+  m.version = o.block_bytes > 0 ? kManifestVersion : kManifestVersionOneFrame;
+  m.block_bytes = o.block_bytes;
   m.splits["train"] = train.finish();
   m.splits["val"] = val.finish();
   if (!o.llmc) m.save(o.out_dir);  // llm.c directories carry no manifest

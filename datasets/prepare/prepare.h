@@ -24,8 +24,10 @@
 //
 // Shards. A shard is closed once its uncompressed payload reaches shard_size bytes (text bytes
 // plus 4 per document, or 2 per token); documents are never split across shards. Names are
-// "<split>_<NNNNN>.<text|tokens>.zst". manifest.json is written last, so a directory with a
-// manifest is a complete dataset.
+// "<split>_<NNNNN>.<text|tokens>.zst". Shards are block shards (format 2, shard.h): blocks of
+// about block_bytes of payload, whole documents each, one zstd frame each, which a lane reads by
+// random access (docs/data_order.md); block_bytes = 0 writes format 1 (one frame a shard).
+// manifest.json is written last, so a directory with a manifest is a complete dataset.
 //
 // llm.c format (llmc = true): token shards in llm.c's .bin layout (datasets/llmc/llmc_shard.h), named
 // "<prefix>_<split>_<NNNNNN>.bin", with no manifest (llm.c directories carry none; readers derive
@@ -54,6 +56,7 @@ struct PrepareOptions {
   bool llmc = false;                             // llm.c .bin token shards (implies tokens)
   std::string llmc_prefix;                       // llm.c file name prefix ("": out_dir's name)
   uint64_t shard_size = uint64_t(128) << 20;     // uncompressed payload bytes per shard
+  uint64_t block_bytes = kDefaultBlockBytes;     // payload bytes a block (0: format 1, no blocks)
   double val_fraction = 0.1;                     // share of documents in "val", in [0, 1)
   uint64_t seed = 1337;
   DocumentRule rule = DocumentRule::blank_lines;

@@ -98,8 +98,9 @@ std::string Manifest::to_json() const {
     << "  \"created_by\": " << json_quote(created_by) << ",\n"
     << "  \"seed\": " << seed << ",\n"
     << "  \"val_fraction\": " << fraction << ",\n"
-    << "  \"split_rule\": " << json_quote(split_rule) << ",\n"
-    << "  \"splits\": {";
+    << "  \"split_rule\": " << json_quote(split_rule) << ",\n";
+  if (block_shards()) o << "  \"block_bytes\": " << block_bytes << ",\n";
+  o << "  \"splits\": {";
   const char* items_key = kind == ShardKind::text ? "text_bytes" : "tokens";
   bool first_split = true;
   for (const auto& [name, shards] : splits) {
@@ -108,8 +109,9 @@ std::string Manifest::to_json() const {
     for (size_t i = 0; i < shards.size(); ++i) {
       const auto& s = shards[i];
       o << (i ? ",\n" : "\n") << "      {\"name\": " << json_quote(s.name) << ", \"bytes\": " << s.bytes
-        << ", \"documents\": " << s.documents << ", \"" << items_key << "\": " << s.items
-        << ", \"sha256\": " << json_quote(s.sha256) << "}";
+        << ", \"documents\": " << s.documents << ", \"" << items_key << "\": " << s.items;
+      if (block_shards()) o << ", \"blocks\": " << s.blocks;
+      o << ", \"sha256\": " << json_quote(s.sha256) << "}";
     }
     o << (shards.empty() ? "]" : "\n    ]");
   }
@@ -127,16 +129,22 @@ Manifest Manifest::parse(std::string_view json, const std::string& source) {
   Reader r(source);
   if (root.type != JsonValue::Type::object) r.fail(root, "top level", "expected an object");
   Manifest m;
-  r.only_keys(root, "top level", {"format", "version", "kind", "created_by", "seed", "val_fraction", "split_rule", "splits"});
+  r.only_keys(root, "top level",
+              {"format", "version", "kind", "created_by", "seed", "val_fraction", "split_rule", "block_bytes", "splits"});
   const JsonValue& format = r.member(root, "top level", "format", JsonValue::Type::string);
   if (format.text != "pipeline-dataset")
     r.fail(format, "format", "expected \"pipeline-dataset\", found \"" + format.text + "\"");
   uint64_t version = r.u64(root, "top level", "version");
-  if (version != kManifestVersion)
+  if (version != kManifestVersion && version != kManifestVersionOneFrame)
     r.fail(*root.find("version"), "version",
-           "unsupported manifest version " + std::to_string(version) + "; this build reads version " +
-               std::to_string(kManifestVersion));
+           "unsupported manifest version " + std::to_string(version) + "; this build reads versions 1 and 2");
   m.version = static_cast<uint32_t>(version);
+  const bool blocks = m.block_shards();
+  if (blocks) {
+    m.block_bytes = r.u64(root, "top level", "block_bytes");
+  } else if (const JsonValue* b = root.find("block_bytes")) {
+    r.fail(*b, "block_bytes", "a version 1 manifest has no block shards");
+  }
   const JsonValue& kind = r.member(root, "top level", "kind", JsonValue::Type::string);
   if (kind.text == "text")
     m.kind = ShardKind::text;
@@ -159,7 +167,10 @@ Manifest Manifest::parse(std::string_view json, const std::string& source) {
       const JsonValue& s = list.items[i];
       std::string at = where + "[" + std::to_string(i) + "]";
       if (s.type != JsonValue::Type::object) r.fail(s, at, "expected a shard object");
-      r.only_keys(s, at, {"name", "bytes", "documents", items_key, "sha256"});
+      if (blocks)
+        r.only_keys(s, at, {"name", "bytes", "documents", items_key, "blocks", "sha256"});
+      else
+        r.only_keys(s, at, {"name", "bytes", "documents", items_key, "sha256"});
       ShardInfo info;
       info.name = r.str(s, at, "name");
       if (info.name.empty() || info.name.find('/') != std::string::npos || info.name.find('\\') != std::string::npos ||
@@ -168,6 +179,7 @@ Manifest Manifest::parse(std::string_view json, const std::string& source) {
       info.bytes = r.u64(s, at, "bytes");
       info.documents = r.u64(s, at, "documents");
       info.items = r.u64(s, at, items_key);
+      if (blocks) info.blocks = r.u64(s, at, "blocks");
       info.sha256 = r.str(s, at, "sha256");
       if (!is_hex64(info.sha256))
         r.fail(*s.find("sha256"), at + ".sha256", "expected 64 lower-case hex digits, found \"" + info.sha256 + "\"");

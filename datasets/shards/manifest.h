@@ -3,15 +3,20 @@
 // is incomplete or was changed after it was written.
 //
 // {
-//   "format": "pipeline-dataset", "version": 1, "kind": "text" | "tokens",
+//   "format": "pipeline-dataset", "version": 2, "kind": "text" | "tokens",
 //   "created_by": "...", "seed": 1337, "val_fraction": 0.1, "split_rule": "blank-lines",
+//   "block_bytes": 65536,
 //   "splits": {
 //     "train": [ {"name": "train_00000.text.zst", "bytes": 123, "documents": 9,
-//                 "text_bytes": 4567 | "tokens": 890, "sha256": "<64 hex>"}, ... ],
+//                 "text_bytes": 4567 | "tokens": 890, "blocks": 3, "sha256": "<64 hex>"}, ... ],
 //     "val": [ ... ]
 //   }
 // }
 // "text_bytes" is recorded for text shards, "tokens" (EOT separators included) for token shards.
+// Version 2 describes block shards (shard format 2): "block_bytes" is the block size they were
+// written with, and each shard's "blocks" its number of blocks, so a catalogue knows how many
+// units a dataset holds from the manifest alone (each shard's index says where they lie).
+// Version 1 (shard format 1: one frame a shard) has neither, and is still read.
 // A directory of llm.c shards has no manifest.json: load_dataset_manifest (sources/) derives one
 // from the shards' names and headers (format llmc, see llmc/llmc_reader.h).
 #pragma once
@@ -27,7 +32,8 @@
 
 namespace pipeline::datasets {
 
-inline constexpr uint32_t kManifestVersion = 1;
+inline constexpr uint32_t kManifestVersion = 2;         // block shards
+inline constexpr uint32_t kManifestVersionOneFrame = 1;  // shards of one frame, still read
 inline constexpr const char* kManifestFileName = "manifest.json";
 
 struct ShardInfo {
@@ -36,6 +42,7 @@ struct ShardInfo {
   uint64_t documents = 0;
   uint64_t items = 0;  // text bytes (text) or tokens (tokens)
   std::string sha256;
+  uint64_t blocks = 0;  // version 2: the shard's blocks
 };
 
 /// How the shards are stored: this project's zstd shards, or llm.c's raw .bin shards.
@@ -49,7 +56,11 @@ struct Manifest {
   uint64_t seed = 0;
   double val_fraction = 0.0;
   std::string split_rule;
+  uint64_t block_bytes = 0;  // version 2: the blocks' payload bytes as written
   std::map<std::string, std::vector<ShardInfo>> splits;  // "train", "val"
+
+  /// Whether its shards are block shards (version 2).
+  bool block_shards() const { return version == kManifestVersion; }
 
   uint64_t documents(const std::string& split) const;
   uint64_t items(const std::string& split) const;

@@ -10,15 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "datasets/plan/mix_pick.h"
 #include "datasets/sources/dataset_mix.h"
 #include "datasets/sources/dataset_reader.h"
 #include "datasets/parquet/parquet_reader.h"
 
 namespace pipeline::datasets {
-
-/// The source that draw `draw` of a mix picks: `cumulative` holds the normalised cumulative
-/// weights (the last is 1).
-size_t mix_pick(const std::vector<double>& cumulative, uint64_t seed, uint64_t draw);
 
 /// Every source loops over its epochs, so next() never runs dry.
 class MixedDocumentReader {

@@ -72,6 +72,14 @@ std::string tensorboard_file_version_event(double wall_time) {
   return encode(e);
 }
 
+std::string tensorboard_session_start_event(int64_t step, double wall_time) {
+  tensorboard::Event e;
+  e.set_wall_time(wall_time);
+  e.set_step(step);
+  e.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+  return encode(e);
+}
+
 std::string tensorboard_scalars_event(int64_t step, double wall_time,
                                       const std::vector<std::pair<std::string, double>>& scalars) {
   tensorboard::Event e;
@@ -99,7 +107,7 @@ std::vector<std::pair<std::string, double>> snapshot_scalars(const Snapshot& s) 
   return out;
 }
 
-TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir) {
+TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir, int64_t purge_step) {
   static std::atomic<int> counter{0};
   char host[256] = "localhost";
   if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "localhost");
@@ -111,6 +119,7 @@ TensorBoardWriter::TensorBoardWriter(const std::filesystem::path& dir) {
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_) throw std::runtime_error(path_.string() + ": cannot create the TensorBoard event file: " + std::strerror(errno));
   append(tensorboard_file_version_event(t));
+  if (purge_step > 0) append(tensorboard_session_start_event(purge_step, t));
 }
 
 TensorBoardWriter::~TensorBoardWriter() {

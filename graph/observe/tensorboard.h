@@ -5,7 +5,10 @@
 //   u64 length (little-endian), u32 masked CRC-32C of those 8 bytes, `length` bytes of data,
 //   u32 masked CRC-32C of the data,
 // where masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. The first record is an Event with
-// file_version "brain.Event:2"; each later one carries a Summary of scalar values at a step.
+// file_version "brain.Event:2"; each later one carries a Summary of scalar values at a step. A
+// writer that continues a run from a checkpoint writes a SessionLog START at the first step it
+// will write (PyTorch's SummaryWriter(purge_step=...)): TensorBoard then drops what the earlier
+// files hold from that step on, written before a crash and trained again since.
 // The file is named events.out.tfevents.<unix seconds>.<host>.<pid>.<n>, as TensorFlow names its
 // own; TensorBoard reads every file with "tfevents" in its name.
 //
@@ -36,8 +39,9 @@ uint32_t masked_crc32c(const void* data, size_t size);
 /// One TFRecord: `data` framed with its length and both checksums.
 std::string tfrecord(std::string_view data);
 
-/// The encoded Event protos: a file_version event and a summary of scalars.
+/// The encoded Event protos: a file_version event, a session's start, and a summary of scalars.
 std::string tensorboard_file_version_event(double wall_time);
+std::string tensorboard_session_start_event(int64_t step, double wall_time);
 std::string tensorboard_scalars_event(int64_t step, double wall_time,
                                       const std::vector<std::pair<std::string, double>>& scalars);
 
@@ -53,7 +57,10 @@ std::vector<std::pair<std::string, double>> snapshot_scalars(const Snapshot& s);
 /// TensorBoard sees it while the run goes on. Errors (std::runtime_error) name the file.
 class TensorBoardWriter {
  public:
-  explicit TensorBoardWriter(const std::filesystem::path& dir);
+  /// `purge_step` > 0: the file starts with a session start at that step, so that TensorBoard
+  /// drops the events of earlier files from that step on (a run resumed from the checkpoint of
+  /// step purge_step - 1).
+  explicit TensorBoardWriter(const std::filesystem::path& dir, int64_t purge_step = 0);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;

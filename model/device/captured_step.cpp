@@ -20,8 +20,7 @@ struct CapturedStep::Impl {
   CapturedStepOptions o;
   std::vector<torch::Tensor> params;
   at::cuda::MempoolId_t pool;
-  torch::Tensor ids;       // (B*T+1) int64: the static input
-  torch::Tensor x, y;      // (B, T) views of ids
+  torch::Tensor x, y;      // (B, T) int64 each: the static inputs, rows[:, :T] and rows[:, 1:]
   torch::Tensor loss_sum;  // () fp32: sum over the step's micro-batches of loss / accum
   torch::Tensor norm;      // () fp32: made during the update graph's capture, static since
   std::unique_ptr<at::cuda::CUDAGraph> first, accum, update;
@@ -35,9 +34,8 @@ struct CapturedStep::Impl {
     if (o.B < 1 || o.T < 1 || o.accum < 1) throw std::invalid_argument("CapturedStep: B, T and accum must be >= 1");
     for (auto& p : model->parameters())
       if (p.requires_grad()) params.push_back(p);
-    ids = torch::zeros({o.B * o.T + 1}, torch::TensorOptions().dtype(torch::kLong).device(dev));
-    x = ids.narrow(0, 0, o.B * o.T).view({o.B, o.T});
-    y = ids.narrow(0, 1, o.B * o.T).view({o.B, o.T});
+    x = torch::zeros({o.B, o.T}, torch::TensorOptions().dtype(torch::kLong).device(dev));
+    y = torch::zeros({o.B, o.T}, torch::TensorOptions().dtype(torch::kLong).device(dev));
     loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(dev));
   }
 
@@ -86,12 +84,15 @@ CapturedStep::CapturedStep(GPT model, AdamW& optimizer, CapturedStepOptions opti
 
 CapturedStep::~CapturedStep() = default;
 
-void CapturedStep::micro_batch(const torch::Tensor& tokens, int64_t micro) {
+void CapturedStep::micro_batch(const torch::Tensor& rows, int64_t micro) {
   Impl& s = *impl_;
-  TORCH_CHECK(tokens.is_cuda() && tokens.numel() == s.ids.numel(), "CapturedStep: expected a (", s.ids.numel(),
-              ") token window on CUDA, got ", tokens.sizes(), " on ", tokens.device());
+  TORCH_CHECK(rows.is_cuda() && rows.dim() == 2 && rows.size(0) == s.o.B && rows.size(1) == s.o.T + 1,
+              "CapturedStep: expected (B, T+1) = (", s.o.B, ", ", s.o.T + 1, ") rows on CUDA, got ", rows.sizes(), " on ",
+              rows.device());
   TORCH_CHECK(micro >= 0 && micro < s.o.accum, "CapturedStep: micro-batch ", micro, " of ", s.o.accum);
-  s.ids.copy_(tokens);  // widening cast into the static input, on the current stream
+  // Widening casts into the static inputs, on the current stream, outside the graphs.
+  s.x.copy_(rows.narrow(1, 0, s.o.T));
+  s.y.copy_(rows.narrow(1, 1, s.o.T));
   const bool assign = micro == 0;
   auto& graph = assign ? s.first : s.accum;
   if (!graph) {

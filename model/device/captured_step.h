@@ -6,8 +6,9 @@
 //
 // What makes the step capturable (DESIGN.md): the fused AdamW with its learning rate in a
 // device tensor and a float32 step tensor per parameter (model/net/optim.h), clipping with
-// _foreach_norm / _foreach_mul_ and a tensor coefficient, and static inputs: the token window is
-// widened into one fixed (B*T+1) int64 buffer that the graphs read x and y from.
+// _foreach_norm / _foreach_mul_ and a tensor coefficient, and static inputs: a batch's (B, T+1)
+// rows are widened into two fixed (B, T) int64 buffers, x = rows[:, :T] and y = rows[:, 1:], that
+// the graphs read.
 //
 // Graphs (sharing one pool, replayed in the order they were captured):
 //   first  micro-batch 0: forward, backward into gradients that did not exist (they become
@@ -41,7 +42,7 @@ struct CapturedStepOptions {
 
 /// Example (on the thread and stream that train, after 3 eager steps):
 ///   CapturedStep graphs(model, opt, {.B = 16, .T = 1024});
-///   graphs.micro_batch(tokens_on_device, 0);          // captures on first use, then replays
+///   graphs.micro_batch(rows_on_device, 0);            // captures on first use, then replays
 ///   auto [loss, norm] = graphs.update(lr);             // static device tensors: copy them out
 class CapturedStep {
  public:
@@ -51,10 +52,10 @@ class CapturedStep {
   CapturedStep(const CapturedStep&) = delete;
   CapturedStep& operator=(const CapturedStep&) = delete;
 
-  /// Micro-batch `micro` (0-based) of a step: widens `tokens` ((B*T+1) uint16 or int64 on the
-  /// device, readable on the current stream) into the static input, then replays forward and
+  /// Micro-batch `micro` (0-based) of a step: widens `rows` ((B, T+1) uint16 or int64 on the
+  /// device, readable on the current stream) into the static inputs, then replays forward and
   /// backward (capturing them first the first time).
-  void micro_batch(const torch::Tensor& tokens, int64_t micro);
+  void micro_batch(const torch::Tensor& rows, int64_t micro);
 
   /// Writes `lr` into the optimizer's device tensor and replays clip + AdamW. Returns the loss
   /// (mean over the step's micro-batches) and the gradient norm before clipping, 0-dim fp32

@@ -6,6 +6,12 @@
 //   (nvidia.com/en-us/data-center/a100, /h100, /h200; the Blackwell and L40S data sheets).
 // - RTX 4090 165.2: NVIDIA's Ada architecture whitepaper ("Peak BF16 Tensor TFLOPS with FP32
 //   Accumulate" 165.2 dense, 330.3 with sparsity), as llm.c's llmc/mfu.h tabulates it (ADA).
+// - RTX 4090 D 147.1: the 4090's figure for 114 of its 128 SMs at the same 2.52 GHz boost clock
+//   (NVIDIA's specifications: 14,592 CUDA cores against 16,384; 1,177 AI TOPS against 1,321, the
+//   same ratio).
+// - A MIG slice ("NVIDIA A100-SXM4-40GB MIG 1g.5gb") has none: it computes with a share of the
+//   GPU's SMs (14 of the A100's 108 for a 1g slice, 98 for the whole 7g one), which its name
+//   does not give exactly, so the whole GPU's figure would understate MFU up to 8x.
 // - L4 121 (242 with sparsity), L40 181 (362 with sparsity), A10 125 (250 with sparsity), H200 NVL
 //   835 (1,671 with sparsity), GH200 989 (the H100 SXM's Hopper die): NVIDIA's data sheets.
 // - T4 65: its fp16 tensor peak (mixed precision). The T4 (Turing, sm_75) has no bf16 tensor
@@ -16,6 +22,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 namespace pipeline::model {
@@ -43,6 +50,7 @@ const std::vector<Row>& table() {
       {"L40", {"L40"}, 181.0},
       {"L4", {"L4"}, 121.0},
       {"A10", {"A10"}, 125.0},
+      {"RTX 4090 D", {"RTX", "4090", "D"}, 147.1},
       {"RTX 4090", {"RTX", "4090"}, 165.2},
       {"T4 (fp16: it has no bf16)", {"T4"}, 65.0},
   };
@@ -66,6 +74,23 @@ std::vector<std::string> words_of(std::string_view name) {
   return out;
 }
 
+// Where a MIG slice's name says so ("NVIDIA A100-SXM4-40GB MIG 1g.5gb": the word MIG, then the
+// profile), or nullopt for a whole GPU.
+struct MigSlice {
+  std::string gpu;      // the whole GPU's name: "NVIDIA A100-SXM4-40GB"
+  std::string profile;  // "1g.5gb" (empty when the name gives none)
+};
+std::optional<MigSlice> mig_slice(std::string_view name) {
+  auto alnum = [&](size_t i) { return i < name.size() && std::isalnum(static_cast<unsigned char>(name[i])); };
+  for (size_t at = name.find("MIG"); at != std::string_view::npos; at = name.find("MIG", at + 1)) {
+    if ((at > 0 && alnum(at - 1)) || alnum(at + 3)) continue;  // a word of its own
+    std::string_view rest = name.substr(at + 3);
+    while (!rest.empty() && rest.front() == ' ') rest.remove_prefix(1);
+    return MigSlice{std::string(name.substr(0, at)), std::string(rest.substr(0, rest.find(' ')))};
+  }
+  return std::nullopt;
+}
+
 std::string number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%g", x);
@@ -77,8 +102,9 @@ std::string number(double x) {
 double table_peak_tflops(std::string_view device_name, std::string* row) {
   const auto words = words_of(device_name);
   auto has = [&](const char* w) { return std::find(words.begin(), words.end(), w) != words.end(); };
-  // A laptop part shares the desktop card's name with a fraction of its clocks and power.
-  if (has("LAPTOP") || has("MOBILE")) return 0;
+  // A laptop part shares the desktop card's name with a fraction of its clocks and power; a MIG
+  // slice, the whole GPU's name with a share of its SMs.
+  if (has("LAPTOP") || has("MOBILE") || has("MIG")) return 0;
   for (const auto& r : table()) {
     if (std::all_of(r.words.begin(), r.words.end(), has)) {
       if (row) *row = r.name;
@@ -93,6 +119,13 @@ PeakFlops resolve_peak_flops(double configured, bool cuda, std::string_view devi
   if (!cuda) return {0, "the CPU has no entry in the peak table"};
   std::string row;
   if (const double t = table_peak_tflops(device_name, &row); t > 0) return {t, "the peak table's " + row};
+  if (const auto slice = mig_slice(device_name)) {
+    const double whole = table_peak_tflops(slice->gpu, &row);
+    return {0, "\"" + std::string(device_name) + "\" is a MIG slice" +
+                   (slice->profile.empty() ? std::string() : " (" + slice->profile + ")") +
+                   (whole > 0 ? " of the peak table's " + row + " (" + number(whole) + " TFLOP/s for the whole GPU)" : "") +
+                   ": a slice computes with a share of the GPU's SMs, which the peak table cannot know"};
+  }
   return {0, "the peak table has no entry for \"" + std::string(device_name) + "\""};
 }
 

@@ -41,7 +41,13 @@ std::optional<int64_t> detail::int_env(const EnvLookup& get, const std::string& 
 std::string LaunchEnv::str() const {
   return "rank " + std::to_string(rank) + " of " + std::to_string(world_size) + " (local rank " +
          std::to_string(local_rank) + " of " + std::to_string(local_world_size) + "), store at " + master_addr + ":" +
-         std::to_string(master_port) + (agent_store ? " (torchrun's agent)" : rank == 0 ? " (hosted here)" : " (rank 0's)");
+         std::to_string(master_port) +
+         (agent_store ? " (torchrun's agent)" : hosts_store ? " (hosted here)" : " (hosted by " + store_host() + ")");
+}
+
+std::string LaunchEnv::store_host() const {
+  if (agent_store) return "torchrun's agent";
+  return slurm && addr_from != "MASTER_ADDR" ? "the first node's first task" : "rank 0";
 }
 
 EnvLookup process_env() {
@@ -90,8 +96,10 @@ std::optional<LaunchEnv> launch_env(const EnvLookup& get, uint16_t slurm_port) {
   e.master_addr = *addr;
   e.addr_from = "MASTER_ADDR";
   e.master_port = static_cast<uint16_t>(int_var(get, "MASTER_PORT", 1, 65535, std::nullopt));
+  e.port_from = "MASTER_PORT";
   auto agent = get("TORCHELASTIC_USE_AGENT_STORE");
   e.agent_store = agent && (*agent == "True" || *agent == "true" || *agent == "1");
+  e.hosts_store = !e.agent_store && e.rank == 0;
   e.restart_count = static_cast<int>(int_var(get, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 20, 0));
   e.run_id = get("TORCHELASTIC_RUN_ID").value_or("");
   return e;

@@ -32,11 +32,17 @@ struct LaunchEnv {
   std::string master_addr;
   uint16_t master_port = 0;
   bool agent_store = false;  // torchrun's agent hosts the store: every rank is a client
+  /// This rank hosts the store: rank 0 without torchrun's agent; under srun, the first task of
+  /// the step's first node, which need not be rank 0 (slurm_env.h).
+  bool hosts_store = false;
   int restart_count = 0;     // torchrun's restarts, or the Slurm job's requeues
   std::string run_id;        // empty when not launched by torchrun
   bool slurm = false;        // srun started the ranks (slurm_env.h), without torchrun
   std::string addr_from;     // where master_addr came from, for messages ("MASTER_ADDR", ...)
+  std::string port_from;     // where master_port came from ("MASTER_PORT", "SLURM_STEP_RESV_PORTS", ...)
   bool torchrun() const { return !run_id.empty(); }
+  /// Who hosts the store, for messages: "torchrun's agent", "rank 0" or "the first node's first task".
+  std::string store_host() const;
   /// "rank 1 of 4 (local rank 1 of 2), store at host:29500 (torchrun's agent)"
   std::string str() const;
 };

@@ -67,8 +67,9 @@ class C10dWork : public Work {
 
 bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
-// The TCPStore connection (or, on rank 0 without torchrun's agent, the server plus a client),
-// with c10d's errors turned into sentences.
+// The TCPStore connection (or, on the rank that hosts it, the server plus a client: rank 0 without
+// torchrun's agent, or under srun the first node's first task), with c10d's errors turned into
+// sentences.
 c10::intrusive_ptr<c10d::TCPStore> connect_store(const LaunchEnv& env, milliseconds timeout) {
   if (env.slurm && env.addr_from != "MASTER_ADDR") {
     // A node's name in Slurm need not be a host name (NodeName vs NodeAddr): say so at once, rather
@@ -79,13 +80,13 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const LaunchEnv& env, milliseco
     const int rc = getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
     if (found) freeaddrinfo(found);
     if (rc != 0)
-      throw LaunchError("rank 0's node, " + env.master_addr + " (" + env.addr_from + "), does not resolve to an "
+      throw LaunchError("the store's node, " + env.master_addr + " (" + env.addr_from + "), does not resolve to an "
                         "address here (" + gai_strerror(rc) + "): export MASTER_ADDR=<its address> before srun (for "
                         "example from scontrol show node " + env.master_addr + ", its NodeAddr)");
   }
   c10d::TCPStoreOptions o;
   o.port = env.master_port;
-  o.isServer = !env.agent_store && env.rank == 0;
+  o.isServer = env.hosts_store;
   o.numWorkers = env.world_size;
   o.waitWorkers = false;  // joining is checked below, with a message naming the missing ranks
   o.timeout = timeout;
@@ -94,15 +95,27 @@ c10::intrusive_ptr<c10d::TCPStore> connect_store(const LaunchEnv& env, milliseco
   } catch (const std::exception& e) {
     const std::string what = e.what();
     const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-    if (o.isServer && (contains(what, "EADDRINUSE") || contains(what, "address already in use")))
-      throw LaunchError("rank 0 could not host the rendezvous store on port " + std::to_string(env.master_port) +
-                        ": the port is in use (another run, or one that has not exited yet); choose another "
-                        "MASTER_PORT (torchrun --master-port=PORT)");
+    const std::string me = "rank " + std::to_string(env.rank);
+    if (o.isServer && (contains(what, "EADDRINUSE") || contains(what, "address already in use"))) {
+      std::string fix = "choose another MASTER_PORT (torchrun --master-port=PORT)";
+      if (env.port_from == "SLURM_JOB_ID")
+        fix = "the port is 15000 + the job id's last four digits, and another job on this node may end in the same "
+              "ones: have Slurm reserve the store's port (MpiParams=ports=LO-HI in slurm.conf, or srun --resv-ports), "
+              "or set [run] master_port";
+      else if (env.port_from == "SLURM_STEP_RESV_PORTS")
+        fix = "Slurm reserved it for this step, so a process outside Slurm holds it: give MpiParams=ports a range "
+              "nothing else uses, or set [run] master_port";
+      else if (env.port_from == "[run] master_port")
+        fix = "choose another [run] master_port";
+      throw LaunchError(me + " could not host the rendezvous store on port " + std::to_string(env.master_port) +
+                        (env.port_from.empty() ? "" : " (from " + env.port_from + ")") + ": the port is in use (another run, or one that has not exited "
+                        "yet); " + fix);
+    }
     if (o.isServer)
-      throw LaunchError("rank 0 could not host the rendezvous store at " + where + ": " +
+      throw LaunchError(me + " could not host the rendezvous store at " + where + ": " +
                         what.substr(0, what.find('\n')));
-    throw LaunchError("rank " + std::to_string(env.rank) + " could not reach the rendezvous store at " + where +
-                      " within " + seconds_str(timeout) + " (" + (env.agent_store ? "torchrun's agent" : "rank 0") +
+    throw LaunchError(me + " could not reach the rendezvous store at " + where + " within " + seconds_str(timeout) +
+                      " (" + env.store_host() +
                       " should be listening there; check MASTER_ADDR/MASTER_PORT, --rdzv-endpoint and the network): " +
                       what.substr(0, what.find('\n')));
   }
@@ -307,7 +320,7 @@ struct Group::Impl {
       } catch (const std::exception& e) {
         if (Clock::now() - store_ok > options.heartbeat_timeout)
           failure = "lost the rendezvous store at " + env.master_addr + ":" + std::to_string(env.master_port) + " (" +
-                    (env.agent_store ? "torchrun's agent" : "rank 0, which hosted it,") + " is gone): " +
+                    env.store_host() + ", which hosted it, is gone): " +
                     std::string(e.what()).substr(0, std::string(e.what()).find('\n'));
       }
       if (!failure.empty()) {

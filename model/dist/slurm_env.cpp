@@ -167,6 +167,13 @@ std::vector<int> expand_tasks_per_node(const std::string& s) {
 
 uint16_t port_of_job(uint64_t job_id) { return static_cast<uint16_t>(15000 + job_id % 10000); }
 
+uint16_t first_reserved_port(const std::string& ports) {
+  const size_t end = std::min(ports.find_first_of("-,"), ports.size());
+  const uint64_t port = number(ports, 0, end);
+  if (port < 1 || port > 65535) bad(0, "port " + std::to_string(port) + " is not from 1 to 65535");
+  return static_cast<uint16_t>(port);
+}
+
 std::string SlurmJob::str() const {
   return "slurm job " + id + (array.empty() ? "" : " (array task " + array + ")") + " (restart " +
          std::to_string(restart_count) + ")";
@@ -213,7 +220,7 @@ std::optional<LaunchEnv> slurm_launch_env(const EnvLookup& get, uint16_t config_
   if (!local) throw LaunchError(std::string("SLURM_LOCALID is not set: it picks this rank's GPU") + kSrunHint);
   e.local_rank = static_cast<int>(*local);
 
-  // The step's nodes: rank 0 runs on the first. (The job's, when the step's are not given.)
+  // The step's nodes: the store listens on the first. (The job's, when the step's are not given.)
   std::string list_var, list;
   for (const char* name : {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})
     if (auto v = get(name); v && !v->empty()) {
@@ -234,6 +241,14 @@ std::optional<LaunchEnv> slurm_launch_env(const EnvLookup& get, uint16_t config_
     }
   }
 
+  // This task's node: its place in the step's list.
+  std::optional<int64_t> node;
+  if (auto me = get("SLURMD_NODENAME"); me && !nodes.empty()) {
+    auto at = std::find(nodes.begin(), nodes.end(), *me);
+    if (at != nodes.end()) node = at - nodes.begin();
+  }
+  if (!node) node = int_env("SLURM_NODEID", 0, 1 << 20);
+
   // Tasks on this node, for the local world size: the step's count at this node's place in the list.
   e.local_world_size = e.local_rank + 1;
   for (const char* name : {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}) {
@@ -245,13 +260,7 @@ std::optional<LaunchEnv> slurm_launch_env(const EnvLookup& get, uint16_t config_
     } catch (const std::invalid_argument& x) {
       throw LaunchError(std::string(name) + " is \"" + *v + "\": expected counts like 2(x3),1 (" + x.what() + ")");
     }
-    std::optional<int64_t> index;
-    if (auto me = get("SLURMD_NODENAME"); me && !nodes.empty()) {
-      auto at = std::find(nodes.begin(), nodes.end(), *me);
-      if (at != nodes.end()) index = at - nodes.begin();
-    }
-    if (!index) index = int_env("SLURM_NODEID", 0, 1 << 20);
-    if (index && *index < static_cast<int64_t>(per_node.size())) e.local_world_size = per_node[*index];
+    if (node && *node < static_cast<int64_t>(per_node.size())) e.local_world_size = per_node[*node];
     break;
   }
   if (e.local_rank >= e.local_world_size)
@@ -261,24 +270,39 @@ std::optional<LaunchEnv> slurm_launch_env(const EnvLookup& get, uint16_t config_
   if (auto addr = get("MASTER_ADDR"); addr && !addr->empty()) {
     e.master_addr = *addr;
     e.addr_from = "MASTER_ADDR";
+    e.hosts_store = e.rank == 0;  // env://'s rule: MASTER_ADDR is rank 0's
   } else if (!list.empty()) {
+    // The first node's first task hosts it, whatever rank the distribution gave that task (rank 0
+    // when the node is not known: srun always says).
     e.master_addr = nodes.front();
     e.addr_from = "the first node of " + list_var + " (" + list + ")";
+    e.hosts_store = node ? *node == 0 && e.local_rank == 0 : e.rank == 0;
   } else {
-    throw LaunchError("SLURM_JOB_NODELIST is not set: rank 0 hosts the store on the first of the step's nodes, and "
+    throw LaunchError("SLURM_JOB_NODELIST is not set: the store listens on the first of the step's nodes, and "
                       "srun names them in SLURM_STEP_NODELIST and SLURM_JOB_NODELIST; export MASTER_ADDR to name "
                       "the host yourself");
   }
   if (config_port != 0) {
     e.master_port = config_port;
+    e.port_from = "[run] master_port";
   } else if (auto port = detail::int_env(get, "MASTER_PORT", 1, 65535, "")) {
     e.master_port = static_cast<uint16_t>(*port);
+    e.port_from = "MASTER_PORT";
+  } else if (auto reserved = get("SLURM_STEP_RESV_PORTS"); reserved && !reserved->empty()) {
+    try {
+      e.master_port = first_reserved_port(*reserved);
+    } catch (const std::invalid_argument& x) {
+      throw LaunchError("SLURM_STEP_RESV_PORTS is \"" + *reserved + "\": expected ports like 20001-20002 (" + x.what() +
+                        ")");
+    }
+    e.port_from = "SLURM_STEP_RESV_PORTS";
   } else {
     const auto job = detail::int_env(get, "SLURM_JOB_ID", 0, INT64_MAX, " (set [run] master_port to choose the port)");
     if (!job)
       throw LaunchError("SLURM_JOB_ID is not set: the store's port is derived from it (15000 + its last four "
                         "digits); set [run] master_port or export MASTER_PORT");
     e.master_port = port_of_job(static_cast<uint64_t>(*job));
+    e.port_from = "SLURM_JOB_ID";
   }
   e.restart_count = static_cast<int>(int_env("SLURM_RESTART_COUNT", 0, 1 << 30).value_or(0));
   return e;

@@ -21,12 +21,12 @@ int64_t head_chunk(const torch::Device& device, int64_t vocab) {
 // One forward pass: the rows of items [first, end).
 struct Pass {
   int64_t first = 0, end = 0;
-  int64_t length = 0;  // the longest row: every row is padded to it
+  int64_t length = 0;  // the longest row's input, all its tokens but the last: every row is padded to it
   std::vector<datasets::HellaSwagRow> rows;
 };
 
-// The next pass from item `first` on: whole items while rows x length stays within the budget
-// (at least one item).
+// The next pass from item `first` on: whole items while rows x input length stays within the
+// budget (at least one item).
 Pass next_pass(const datasets::HellaSwagSet& set, int64_t first, int64_t n, int64_t block_size, int64_t budget) {
   Pass p;
   p.first = p.end = first;
@@ -35,7 +35,7 @@ Pass next_pass(const datasets::HellaSwagSet& set, int64_t first, int64_t n, int6
     int64_t length = p.length;
     for (int e = 0; e < 4; ++e) {
       rows.push_back(datasets::hellaswag_row(set.items[static_cast<size_t>(p.end)], e, block_size));
-      length = std::max<int64_t>(length, static_cast<int64_t>(rows.back().tokens.size()));
+      length = std::max<int64_t>(length, static_cast<int64_t>(rows.back().tokens.size()) - 1);
     }
     if (p.end > first && static_cast<int64_t>(p.rows.size() + 4) * length > budget) break;
     p.rows.insert(p.rows.end(), std::make_move_iterator(rows.begin()), std::make_move_iterator(rows.end()));
@@ -43,6 +43,19 @@ Pass next_pass(const datasets::HellaSwagSet& set, int64_t first, int64_t n, int6
     ++p.end;
   }
   return p;
+}
+
+// `v` as a tensor on `device`. On a GPU through pinned memory and a non-blocking copy: a copy from
+// pageable memory first waits for the work queued before it (the previous pass), spinning the
+// calling thread, where this one enqueues every pass and the caller then sleeps on one event. The
+// pinned block goes back to the caching host allocator only once the copy has run (the copy
+// records an event on it).
+torch::Tensor to_device(const std::vector<int64_t>& v, const torch::Device& device) {
+  const auto opts = torch::TensorOptions().dtype(torch::kLong);
+  if (!device.is_cuda()) return torch::tensor(v, opts);
+  auto host = torch::empty({static_cast<int64_t>(v.size())}, opts.pinned_memory(true));
+  std::copy(v.begin(), v.end(), host.data_ptr<int64_t>());
+  return host.to(device, /*non_blocking=*/true);
 }
 
 // The lowest of four scores, the first of equal ones.
@@ -73,10 +86,11 @@ HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, 
     const auto R = static_cast<int64_t>(p.rows.size()), L = p.length;
     // Each scored token: the flat position that predicts it, its id, and its slot in a (R, L)
     // grid of per-row losses (summed per row in a fixed order: deterministic, unlike index_add_).
+    // A row's last token is a target only: the model reads the tokens before it.
     std::vector<int64_t> ids(static_cast<size_t>(R * L), 0), from, target, slot;
     for (int64_t r = 0; r < R; ++r) {
       const auto& row = p.rows[static_cast<size_t>(r)];
-      std::copy(row.tokens.begin(), row.tokens.end(), ids.begin() + r * L);
+      std::copy(row.tokens.begin(), row.tokens.end() - 1, ids.begin() + r * L);
       for (size_t t = row.ending_begin; t < row.tokens.size(); ++t) {
         from.push_back(r * L + static_cast<int64_t>(t) - 1);
         target.push_back(row.tokens[t]);
@@ -84,10 +98,10 @@ HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, 
       }
       out.counts[static_cast<size_t>(4 * p.first + r)] = static_cast<int64_t>(row.tokens.size() - row.ending_begin);
     }
-    auto x = torch::tensor(ids, torch::kLong).view({R, L}).to(device);  // (R, L)
-    auto features = model->features(x);                                   // (R, L, C)
-    auto scored = features.view({R * L, cfg.n_embd}).index_select(0, torch::tensor(from, torch::kLong).to(device));  // (N, C)
-    auto targets = torch::tensor(target, torch::kLong).to(device);  // (N)
+    auto x = to_device(ids, device).view({R, L});  // (R, L)
+    auto features = model->features(x);            // (R, L, C)
+    auto scored = features.view({R * L, cfg.n_embd}).index_select(0, to_device(from, device));  // (N, C)
+    auto targets = to_device(target, device);                                                   // (N)
     // The head and the softmax a chunk of positions at a time: (chunk, V) fp32 logits, not (N, V).
     const auto N = static_cast<int64_t>(target.size());
     const int64_t chunk = head_chunk(device, model->wte->weight.size(0));
@@ -98,7 +112,7 @@ HellaSwagLosses hellaswag_losses(GPT& model, const datasets::HellaSwagSet& set, 
       losses.narrow(0, c, k).copy_(torch::nn::functional::cross_entropy(
           logits, targets.narrow(0, c, k), torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kNone)));
     }
-    auto grid = torch::zeros({R * L}, losses.options()).index_copy_(0, torch::tensor(slot, torch::kLong).to(device), losses);
+    auto grid = torch::zeros({R * L}, losses.options()).index_copy_(0, to_device(slot, device), losses);
     out.sums.narrow(0, 4 * p.first, R).copy_(grid.view({R, L}).sum(1));
     first = p.end;
   }

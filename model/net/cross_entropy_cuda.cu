@@ -147,10 +147,12 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t c = tail + threadIdx.x; c < padded; c += blockDim.x) out[c] = from_float<T>(value(c, to_float(row[c])));
 }
 
-// Launches `kernel` and throws if this launch failed. The launch's own status, not
-// cudaGetLastError: that would take (and clear) an error an earlier, unrelated call left pending
-// and blame this kernel for it. An earlier pending error is left for its owner; this launch's
-// error, if any, is cleared only when it is the one pending, so it is not reported twice.
+// Launches `kernel` and throws if this launch failed. Its status is the launch's own return value,
+// not cudaGetLastError, which would blame this kernel for an error an earlier, unrelated call left
+// pending. A launch that succeeds leaves such an error pending for its owner. CUDA keeps one
+// pending error a thread, and a call that fails replaces it: so when the launch fails, its error
+// (which the exception reports) is cleared, or its next reader would report it a second time, and
+// an earlier error it replaced, which the runtime no longer holds, is named in the same message.
 template <class... Params, class... Args>
 void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
   static_assert(sizeof...(Params) == sizeof...(Args), "one argument per kernel parameter");
@@ -163,7 +165,7 @@ void launch(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block, 
   const cudaError_t earlier = cudaPeekAtLastError();
   const cudaError_t e = cudaLaunchKernel(reinterpret_cast<const void*>(kernel), grid, block, argv, 0, stream);
   if (e == cudaSuccess) return;
-  if (earlier == cudaSuccess) (void)cudaGetLastError();
+  if (cudaPeekAtLastError() == e) (void)cudaGetLastError();  // (a sticky error stays: the context is lost)
   throw std::runtime_error(std::string("cross-entropy kernel (") + what + "): " + cudaGetErrorString(e) +
                            (earlier != cudaSuccess ? std::string(" (an earlier CUDA error was pending: ") +
                                                          cudaGetErrorString(earlier) + ")"
@@ -216,11 +218,13 @@ void backward(const Rows& rows, const float* lse, const float* scale, void* grad
 bool has_image_for_current_device() {
   // Every instantiation is in the same fat binary: one answers for all. A device the binary has
   // no code for (neither its SASS nor PTX it can compile) answers cudaErrorNoKernelImageForDevice
-  // (or cudaErrorInvalidDeviceFunction); this query launches nothing and leaves no error pending.
-  const cudaError_t earlier = cudaPeekAtLastError();
+  // (or cudaErrorInvalidDeviceFunction); this query launches nothing. Its answer is its return
+  // value: an error it fails with is cleared (it is an answer, not a fault), and an error an earlier
+  // call left pending stays pending when it succeeds; when it fails, CUDA's one pending error had
+  // become the query's, so that earlier one is gone, as it is after any CUDA call that fails.
   cudaFuncAttributes attributes;
   const cudaError_t e = cudaFuncGetAttributes(&attributes, forward_kernel<float, false>);
-  if (e != cudaSuccess && earlier == cudaSuccess) (void)cudaGetLastError();
+  if (e != cudaSuccess && cudaPeekAtLastError() == e) (void)cudaGetLastError();
   return e == cudaSuccess;
 }
 

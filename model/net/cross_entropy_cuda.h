@@ -37,7 +37,7 @@ void backward(const Rows& rows, const float* lse, const float* scale, void* grad
 
 /// Whether the kernels have code the current CUDA device can run (SASS for its architecture, or
 /// PTX it can compile). A build for sm_80 and up has none for a T4 (sm_75): the caller then takes
-/// the chunked path (loss_path.h). Launches nothing; no error is left pending.
+/// the chunked path (loss_path.h). Launches nothing; leaves no error of its own pending.
 bool has_image_for_current_device();
 
 }  // namespace pipeline::model::cuda_loss

@@ -2,6 +2,7 @@
 #include "model/net/gpt2.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <ATen/SDPBackend.h>
 
 #include <algorithm>
@@ -10,6 +11,8 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+
+#include "model/net/cross_entropy_cpu.h"
 
 #ifdef PIPELINE_HAVE_CUDA_LOSS
 #include <c10/cuda/CUDAGuard.h>
@@ -318,6 +321,55 @@ class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealV
   }
 };
 
+// The same loss on the CPU through cross_entropy_cpu.h's kernel (fp32 logits, a CPU with AVX2
+// and FMA): one walk over each row, rows in parallel on LibTorch's intra-op threads. Forward
+// writes the gradient, already divided by the rows counted, into a buffer of its own (the block
+// cache hands the same pages back every step); backward scales it by the incoming gradient only
+// when that is not 1. The rows' losses are summed in row order, in double: the same sum whatever
+// the thread count.
+torch::Tensor cpu_fused(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, torch::Tensor* grad) {
+  auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();  // (N, Vp); rows may be strided
+  auto ids = targets.to(torch::kLong).contiguous();                  // (N)
+  const int64_t N = rows.size(0), Vp = rows.size(1);
+  const int64_t* t = ids.data_ptr<int64_t>();
+  int64_t count = 0;
+  for (int64_t r = 0; r < N; ++r) count += t[r] >= 0 && t[r] < vocab;
+  auto row_loss = torch::empty({N}, rows.options());  // (N) fp32
+  if (grad) *grad = torch::empty({N, Vp}, rows.options());  // (N, Vp) fp32
+  const cpu_loss::Rows in{rows.data_ptr<float>(), rows.stride(0), vocab, Vp, t};
+  float* g = grad ? grad->data_ptr<float>() : nullptr;
+  const float scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  float* loss_rows = row_loss.data_ptr<float>();
+  at::parallel_for(0, N, /*grain_size=*/8, [&](int64_t begin, int64_t end) { cpu_loss::rows(in, loss_rows, g, scale, begin, end); });
+  double sum = 0;
+  for (int64_t r = 0; r < N; ++r) sum += loss_rows[r];
+  // No row counted: 0/0 = NaN, as PyTorch's mean over no targets.
+  return torch::scalar_tensor(static_cast<float>(sum / static_cast<double>(count)), rows.options());  // ()
+}
+
+class CrossEntropyFusedCpu : public torch::autograd::Function<CrossEntropyFusedCpu> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, int64_t vocab) {
+    torch::Tensor grad;
+    auto loss = cpu_fused(logits, targets, vocab, &grad);
+    ctx->saved_data["grad"] = grad;
+    return loss;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_out) {
+    auto it = ctx->saved_data.find("grad");
+    TORCH_CHECK(it != ctx->saved_data.end(),
+                "GPT::loss: backward ran twice through one loss (retain_graph is not supported by the fused loss)");
+    auto grad = it->second.toTensor();
+    ctx->saved_data.erase(it);
+    const float k = grad_out[0].item<float>();  // the CPU: no device to wait for
+    if (k != 1.0f) grad.mul_(k);
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 #ifdef PIPELINE_HAVE_CUDA_LOSS
 // The same loss on CUDA through the fused kernels (cross_entropy_cuda.h): forward keeps only
 // each row's log-sum-exp; backward computes the gradient from the logits, which it keeps
@@ -390,7 +442,10 @@ LossPath choose_for(torch::Device device, torch::ScalarType dtype, int64_t chunk
                            .on_cuda = device.is_cuda(),
                            .dtype_supported = dtype == torch::kBFloat16 || dtype == torch::kFloat,
                            .chunk_rows = chunk_rows,
-                           .image_for_device = image});
+                           .image_for_device = image,
+                           .on_cpu = device.is_cpu(),
+                           .cpu_fp32 = dtype == torch::kFloat,
+                           .cpu_kernel_runs = device.is_cpu() && cpu_loss::runs_here()});
 }
 
 torch::Tensor cross_entropy_as(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
@@ -400,6 +455,10 @@ torch::Tensor cross_entropy_as(const torch::Tensor& logits, const torch::Tensor&
               targets.sizes());
   TORCH_CHECK(vocab >= 1 && vocab <= logits.size(1), "cross_entropy_real_vocab: vocab ", vocab, " outside [1, ",
               logits.size(1), "]");
+  if (fused && logits.device().is_cpu()) {
+    if (torch::GradMode::is_enabled() && logits.requires_grad()) return CrossEntropyFusedCpu::apply(logits, targets, vocab);
+    return cpu_fused(logits, targets, vocab, nullptr);
+  }
 #ifdef PIPELINE_HAVE_CUDA_LOSS
   if (fused) {
     auto rows = logits.stride(1) == 1 ? logits : logits.contiguous();  // rows may be strided, columns not

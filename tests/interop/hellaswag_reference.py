@@ -6,7 +6,8 @@ reference `pipeline eval --hellaswag` is checked against (tests/test_interop.cpp
 
 For each item: the context `ctx` and each ending, as " " + ending, are tokenized apart with
 AutoTokenizer; a row is context + ending, its first tokens dropped when it is longer than the
-model's n_positions (the ending kept whole); the 4 rows go through GPT2LMHeadModel together,
+model's n_positions + 1 (the ending kept whole; the last token is a target only, as lm-eval keeps
+max_length + 1); the 4 rows, all their tokens but the last, go through GPT2LMHeadModel together,
 padded on the right; an ending's loss is the cross-entropy of its tokens given what precedes them.
 acc_norm's prediction is the ending with the lowest mean, acc's the lowest sum. Writes acc_norm's
 predictions to OUT, one a line, and prints
@@ -29,7 +30,7 @@ def rows_of(tok, item, n_ctx):
     tokens, masks = [], []
     for ending in item["endings"]:
         end = tok(" " + ending)["input_ids"]
-        keep = min(len(ctx), n_ctx - len(end))
+        keep = min(len(ctx), n_ctx + 1 - len(end))
         tokens.append(ctx[len(ctx) - keep:] + end)
         masks.append([0] * keep + [1] * len(end))
     length = max(len(r) for r in tokens)
@@ -60,8 +61,8 @@ def main():
     with torch.no_grad():
         for item in items:
             tokens, mask = rows_of(tok, item, n_ctx)
-            logits = model(tokens).logits  # (4, L, V)
-            losses = F.cross_entropy(logits[:, :-1].reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1),
+            logits = model(tokens[:, :-1]).logits  # (4, L - 1, V)
+            losses = F.cross_entropy(logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1),
                                      reduction="none").view(4, -1)
             shift_mask = mask[:, 1:].float()
             sums = (losses * shift_mask).sum(dim=1)

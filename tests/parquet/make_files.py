@@ -15,6 +15,8 @@ Document i is doc(i) below; tests/test_parquet.cpp computes the same strings. Fi
   view.parquet      documents 0..99 as string_view
   hub/data/CC-MAIN-2024-10/000_00000.parquet, hub/data/CC-MAIN-2024-18/000_00000.parquet,
   hub/README.md     a hub snapshot's layout: documents 0..49 and 50..99
+  lanes/a.parquet   documents 0..399 in row groups of 25, every 11th row null (test_data_order)
+  lanes/b.parquet   documents 400..639 in row groups of 40 and an empty one after the first
 """
 import os
 import sys
@@ -64,6 +66,14 @@ def main(out):
     write(os.path.join(out, "hub/data/CC-MAIN-2024-18/000_00000.parquet"), docs[50:100], 20)
     with open(os.path.join(out, "hub/README.md"), "w") as f:
         f.write("a dataset card\n")
+    lanes = [None if i % 11 == 5 else doc(i) for i in range(400)]
+    write(os.path.join(out, "lanes/a.parquet"), lanes, 25, compression="zstd")
+    t = pa.table({"text": pa.array([doc(i) for i in range(400, 640)], pa.string())})
+    with pq.ParquetWriter(os.path.join(out, "lanes/b.parquet"), t.schema, compression="snappy") as w:
+        w.write_table(t.slice(0, 40))
+        w.write_table(t.slice(0, 0))  # an empty row group: no unit
+        for start in range(40, 240, 40):
+            w.write_table(t.slice(start, 40))
 
 
 if __name__ == "__main__":

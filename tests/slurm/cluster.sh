@@ -19,7 +19,7 @@
 #
 # The nodes are named by loopback address, 127.0.0.1 and 127.0.0.2 (SLURM_JOB_NODELIST is
 # "127.0.0.[1-2]", in Slurm's compressed form): a node name is an address, so the first node's name
-# is where rank 0's store listens, as on a cluster whose node names resolve, with no /etc/hosts
+# is where the ranks' store listens, as on a cluster whose node names resolve, with no /etc/hosts
 # entry and no MASTER_ADDR. (Slurm itself reaches both slurmd at NodeAddr=127.0.0.1.)
 #
 # Timing is shortened for tests: KillWait=10 (SIGKILL 10 s after SIGTERM), OverTimeLimit=0, a
@@ -28,8 +28,13 @@
 # job). Partition "main" (the default) is preempted by partition "high" (PriorityTier 2) with
 # PreemptMode=REQUEUE and GraceTime=0: the preempted job gets SIGTERM at once, SIGKILL after
 # KillWait, and goes back to the queue. (With a GraceTime, Slurm 22.05 ends a job that exits
-# within it FAILED instead of requeuing it.) Job ids start at a random number, so that two
-# clusters at once (ctest -j) give their jobs' stores different ports.
+# within it FAILED instead of requeuing it.)
+#
+# Slurm reserves ports for each step (MpiParams=ports, SLURM_STEP_RESV_PORTS), from which the
+# ranks' store takes its port, as on a cluster that reserves them: from a block of 100 ports
+# below Linux's ephemeral range that this cluster holds alone (an flock in
+# ${TMPDIR:-/tmp}/pipeline-slurm-ports, kept by the watchdog until the cluster stops), so that
+# the jobs of clusters that run at once (ctest -j, other checkouts) never take the same port.
 set -euo pipefail
 
 usage() { sed -n '2,22p' "$0" >&2; exit 2; }
@@ -89,6 +94,23 @@ stop() {
   return 0
 }
 
+# A block of ports no other cluster on this machine holds: its first port in PORT_BLOCK, its lock
+# open on fd 9 (whoever keeps fd 9 keeps the block).
+take_port_block() {
+  local locks=${TMPDIR:-/tmp}/pipeline-slurm-ports b
+  mkdir -p "$locks"
+  for b in $(seq 0 39 | shuf); do
+    exec 9>"$locks/block-$b.lock"
+    if flock -n 9; then
+      PORT_BLOCK=$((20000 + 100 * b))
+      return 0
+    fi
+    exec 9>&-
+  done
+  echo "cluster.sh: every block of ports in 20000-23999 is held by another cluster ($locks)" >&2
+  exit 1
+}
+
 free_ports() {  # N loopback TCP ports that are free now
   python3 -c 'import socket,sys
 s=[socket.socket() for _ in range(int(sys.argv[1]))]
@@ -114,6 +136,7 @@ start() {
     2>>"$DIR/log/munged.log" || { cat "$DIR/log/munged.log" >&2; skip "munged does not start here (see above)"; }
 
   read -r ctl_port p1 p2 < <(free_ports 3)
+  take_port_block
   cat > "$SLURM_CONF" <<EOF
 # A two-node test cluster on one machine (tests/slurm/cluster.sh).
 ClusterName=pipelinetest
@@ -135,6 +158,7 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
+MpiParams=ports=$PORT_BLOCK-$((PORT_BLOCK + 99))
 SwitchType=switch/none
 SchedulerType=sched/builtin
 SchedulerParameters=sched_interval=5
@@ -171,6 +195,7 @@ EOF
   ) </dev/null >/dev/null 2>&1 &
   echo $! > "$DIR/watchdog.pid"
   disown
+  exec 9>&-  # the watchdog keeps the block of ports; the daemons need not
 
   slurmctld -c -f "$SLURM_CONF" 2>>"$DIR/log/slurmctld.log" || { tail -20 "$DIR/log/slurmctld.log" >&2; exit 1; }
   local n
