@@ -5,6 +5,7 @@
 
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_reader.h"
+#include "model/net/schedule.h"
 
 namespace pipeline::stages {
 
@@ -260,9 +261,17 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                      std::to_string(guard.min_steps));
     guard.min_steps = guard.window;  // a short window set alone: judged once it is full
   }
-  if (guard.enabled && rc.training.steps > (int64_t{1} << 24))
-    throw g.error("enabled", "the guard's learning-rate table covers at most 16777216 steps, and [training] steps = " +
-                                 std::to_string(rc.training.steps));
+  if (guard.enabled && rc.training.steps > model::kLrTableMaxSteps) {
+    if (g.was_set("enabled"))
+      throw g.error("enabled", "the guard's learning-rate table covers at most " +
+                                   std::to_string(model::kLrTableMaxSteps) + " steps, and [training] steps = " +
+                                   std::to_string(rc.training.steps));
+    // On by default only: off, and shown so in the settings table and the run's config.toml (which
+    // a resume reads back: `enabled = true` there would be this error); train's start-up line says why.
+    guard.enabled = false;
+    for (auto& s : rc.sections)
+      if (s.name() == "training.guard") s.set("enabled", false, config::Location{"[training] steps", 0});
+  }
   for (const auto& text : g.get_string_list("skip_steps")) {
     auto range = parse_step_range(text);
     if (!range) throw g.error("skip_steps", "expected \"N\" or \"FROM-TO\" with 1 <= FROM <= TO, got \"" + text + "\"");

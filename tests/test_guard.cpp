@@ -9,6 +9,7 @@
 //     (the dataset without those documents, and the same dataset with skip_steps); a streak
 //     rolls back to the checkpoint before it; a run stopped while the guard holds state resumes to
 //     the same decisions and weights; a NaN loss; a guard that runs out of rollbacks stops.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -308,6 +309,18 @@ TEST_CASE("[training.guard]: its keys, --set, and bad skip_steps named") {
   CHECK(defaults.training.guard.z == 10.0);
   CHECK(defaults.training.guard.min_steps == 50);
   CHECK(resolve("[training.guard]\nwindow = 30\n").training.guard.min_steps == 30);  // judged once full
+  // Past the 2^24 updates its table covers: off when on by default (an error when asked for,
+  // below), and off where the settings table and the run's config.toml say so, which a resume
+  // resolves again.
+  auto long_run = resolve("[training]\nsteps = 100000000\n");
+  CHECK_FALSE(long_run.training.guard.enabled);
+  const auto sec = std::find_if(long_run.sections.begin(), long_run.sections.end(),
+                                [](const config::Section& s) { return s.name() == "training.guard"; });
+  REQUIRE(sec != long_run.sections.end());
+  CHECK(sec->where("enabled").str() == "[training] steps");
+  auto resumed = stages::resolve_run_config(
+      config::Document::parse(config::to_toml(long_run.sections), "config.toml", {}), PIPELINE_SOURCE_DIR);
+  CHECK_FALSE(resumed.training.guard.enabled);
   auto on = resolve("[training.guard]\nenabled = true\nz = 4.5\nskip_steps = [\"7\", \"20-25\"]\n", {"training.guard.window=30"});
   CHECK(on.training.guard.enabled);
   CHECK(on.training.guard.z == 4.5);
@@ -323,6 +336,9 @@ TEST_CASE("[training.guard]: its keys, --set, and bad skip_steps named") {
   CHECK(contains(error("[training.guard]\nskip_steps = [\"0\"]\n"), "got \"0\""));
   CHECK(contains(error("[training.guard]\nmin_steps = 50\nwindow = 10\n"), "min_steps: must not exceed window (10), got 50"));
   CHECK(contains(error("[training.guard]\nzz = 3\n"), "unknown key 'zz'"));
+  CHECK(contains(error("[training]\nsteps = 100000000\n[training.guard]\nenabled = true\n"),
+                 "[training.guard] enabled: the guard's learning-rate table covers at most 16777216 steps, and "
+                 "[training] steps = 100000000"));
 }
 
 // ---- whole runs ---------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ SpikeGuard::SpikeGuard(SpikeGuardOptions options, const LrSchedule& schedule, in
   if (o_.min_steps < 2 || o_.min_steps > o_.window)
     fail("min_steps must be in [2, window = " + std::to_string(o_.window) + "], got " + std::to_string(o_.min_steps));
   if (!(o_.z > 0)) fail("z must be > 0, got " + std::to_string(o_.z));
-  if (total_steps < 1 || total_steps > (int64_t{1} << 24))
+  if (total_steps < 1 || total_steps > kLrTableMaxSteps)
     fail("the learning-rate table covers 1..2^24 steps, got " + std::to_string(total_steps));
   // The rate of each update count exactly as the host's set_lr(schedule.at(u)) would store it:
   // the double rounded to float32 once.
