@@ -19,9 +19,11 @@
 //     weights are those of the 2 ranks that went on (within 5e-5).
 // The data: documents of exactly B*T tokens (single-letter words), so a batch is one document and
 // both ways of reading (round-robin by document over two ranks; in order, two per step) give the
-// same batches. Every case trains in the documents order ([data] order = "documents"), whose
-// partition these cases check; a resume keeps it from the checkpoint. Exits 77 (CTest: skipped)
-// where set-up installed no torchrun.
+// same batches. Every case but the spike guard's trains in the documents order ([data] order =
+// "documents"), whose partition these cases check; a resume keeps it from the checkpoint.
+//   - The spike guard, in the lanes order: two ranks skip and roll back as one process with
+//     grad_accum 2 does, on the same rows every step.
+// Exits 77 (CTest: skipped) where set-up installed no torchrun.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -538,28 +540,28 @@ TEST_CASE("a global batch that the new number of ranks cannot share is refused w
                       "evenly: resume it on 1 or 2 ranks (grad_accum 2 or 1)"));
 }
 
-// The spike guard with two ranks: each judges the loss and the grad norm averaged over the ranks,
-// so both skip the same steps and roll back together (rank 0 picks the checkpoint and hands its
-// state over); they end where one process with grad_accum 2 on the same batches ends, the same
-// steps skipped and the same rollback taken. The data: single-letter words in documents of B*T
-// tokens (learned within a few dozen steps), the two documents of steps 31 and 40..43 uniform
-// random tokens (a loss near ln V).
+// The spike guard with two ranks, in the lanes order (the default): each judges the loss and the
+// grad norm averaged over the ranks, so both skip the same steps and roll back together (rank 0
+// picks the checkpoint and hands its state over); they end where one process with grad_accum 2
+// ends, every step on the same rows (K = 4 lanes, the step's rows, whatever the ranks), the same
+// steps skipped and the same rollback taken. The data: single-letter words (learned within a few
+// dozen steps), the rows of steps 31 and 40..43 uniform random tokens (a loss near ln V).
 TEST_CASE("two ranks take the spike guard's decisions together: the skips and the rollback of one process") {
   auto root = temp_dir("dist_guard");
-  std::vector<Doc> docs;
-  for (int step = 1; step <= 70; ++step)
-    for (int rank = 0; rank < 2; ++rank) docs.push_back(step == 31 || (step >= 40 && step <= 43) ? Doc::random : Doc::letters);
-  const auto data = write_docs(root / "docs", docs, kB * kT);
+  std::vector<Doc> steps;
+  for (int step = 1; step <= 70; ++step) steps.push_back(step == 31 || (step >= 40 && step <= 43) ? Doc::random : Doc::letters);
+  const auto data = write_lane_docs(root / "docs", steps, /*lanes=*/2 * kB, kT);
   const std::vector<std::string> sets = {"training.steps=50",           "run.threads=1",
                                          "checkpoint.every=4",           "checkpoint.keep=100",
                                          "data.loop=false",              "optimizer.lr=1e-3",
                                          "stages.read.chunk_tokens=64",  "training.guard.window=8",
                                          "training.guard.min_steps=6",   "training.guard.z=8",
                                          "training.guard.max_skips=3",   "training.guard.rollback_skip=8",
-                                         "run.dist_timeout_s=60",        "run.dist_heartbeat_s=10"};
+                                         "run.dist_timeout_s=60",        "run.dist_heartbeat_s=10",
+                                         data.unit_set()};
   auto write = [&](const std::string& name) {
     auto cfg = root / (name + ".toml");
-    std::ofstream(cfg) << tiny_config(root / name, kTokenInput, data.string());
+    std::ofstream(cfg) << tiny_config(root / name, kTokenInput, data.dir.string());
     return cfg;
   };
   run_torchrun(write("two"), false, sets, root / "two.log");
@@ -588,6 +590,9 @@ TEST_CASE("two ranks take the spike guard's decisions together: the skips and th
   CHECK(has("skipped 42"));
   CHECK(has("guard_rollback to 36 37-44"));
   CHECK(one == two);
+  const auto two_rows = read_windows(root / "two");
+  CHECK(two_rows.size() == 42 + 15);  // 1..42, then 43 and 44 dropped; the rollback left 35 updates: 45..59
+  CHECK(two_rows == read_windows(root / "one"));
   const double diff = weight_difference(final_checkpoint(root / "two"), final_checkpoint(root / "one"));
   INFO("largest relative weight difference " << diff);
   CHECK(diff < 1e-5);

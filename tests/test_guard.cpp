@@ -3,12 +3,15 @@
 //     updates count do not move, the rate follows the updates, a state put back decides the same;
 //   - AdamW told to skip changes nothing, bit for bit, even with NaN gradients (fused and plain);
 //   - what a checkpoint records of it, and the config's keys;
-//   - whole runs on a dataset of the bundled text in which a few late windows are uniform random
-//     tokens (a loss near ln V on a model that has learned the text): the guard skips exactly
-//     those, and the final weights are bit for bit those of a run whose data leaves them out
-//     (the dataset without those documents, and the same dataset with skip_steps); a streak
-//     rolls back to the checkpoint before it; a run stopped while the guard holds state resumes to
-//     the same decisions and weights; a NaN loss; a guard that runs out of rollbacks stops.
+//   - whole runs, in the lanes order (the default), on a dataset of the bundled text in which the
+//     rows of a few late steps are uniform random tokens (a loss near ln V on a model that has
+//     learned the text): the guard skips exactly those, and the final weights are bit for bit
+//     those of a run whose data leaves them out (the data without those steps' rows, and the same
+//     data with skip_steps), every step's rows (their hashes) the same; a streak rolls back to the
+//     checkpoint before it, and the rows trained after it, and the data position of the
+//     checkpoints after it, are those of a run that skipped the range; a run stopped while the
+//     guard holds state resumes from its lane cursors to the same decisions, rows and weights; a
+//     NaN loss; a guard that runs out of rollbacks stops.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -345,14 +348,18 @@ TEST_CASE("[training.guard]: its keys, --set, and bad skip_steps named") {
 
 namespace {
 
-constexpr int kB = 8, kT = 32;  // the batch (tiny_config's T): one window = one document
-constexpr int kDocTokens = kB * kT;
+// The lanes order (the default), K = B lanes: a step takes one row of every lane, and data step s
+// is row s of each, rows of the kind given for s alone (dist_harness::write_lane_docs).
+constexpr int kB = 8, kT = 32;  // the batch (tiny_config's T)
 using dist_harness::Doc;
+using dist_harness::LaneDocs;
 
-fs::path write_docs(const fs::path& dir, const std::vector<Doc>& docs) { return dist_harness::write_docs(dir, docs, kDocTokens); }
+LaneDocs write_docs(const fs::path& dir, const std::vector<Doc>& steps) {
+  return dist_harness::write_lane_docs(dir, steps, kB, kT);
+}
 
-
-// `n` text documents with `bad` (1-based data steps) of kind `kind`; with `omit`, the bad ones left out.
+// The kinds of `n` data steps: text, but `bad` (1-based) of kind `kind`; with `omit`, the bad ones
+// left out (the data of a run that never sees them: the rows of every other step as they were).
 std::vector<Doc> docs_with(int n, const std::set<int>& bad, Doc kind, bool omit = false) {
   std::vector<Doc> out;
   for (int step = 1; step <= n; ++step) {
@@ -368,8 +375,8 @@ constexpr int kSteps = 100;  // updates
 
 // The tiny model, read_tokens on `data`, the guard's test settings (a shorter window than the
 // default's: the loss still falls fast this early), loop off so that the data is read once. On
-// this data the text's z-scores stay below 4 (with the guard never firing: measured), a random
-// window's loss is 13 deviations above the text's.
+// this data the text's z-scores stay below 5 (with the guard never firing: measured), a random
+// step's loss is far above the text's.
 std::string guard_config(const fs::path& run, const fs::path& data, const std::string& extra = "") {
   return tiny_config(run, kTokenInput, data.string()) +
          "[training.guard]\nenabled = true\nwindow = 32\nmin_steps = 16\nz = 8.0\nmax_skips = 3\nrollback_skip = 10\n"
@@ -386,13 +393,14 @@ std::vector<std::string> run_sets(int checkpoint_every = 10) {
           "checkpoint.every=" + std::to_string(checkpoint_every),
           "checkpoint.keep=100",
           "data.loop=false",
-          "stages.read.chunk_tokens=" + std::to_string(kDocTokens)};
+          "stages.read.chunk_tokens=" + std::to_string(kB * kT)};
 }
 
-RunResult train(const fs::path& root, const std::string& name, const fs::path& data, std::vector<std::string> sets,
+RunResult train(const fs::path& root, const std::string& name, const LaneDocs& data, std::vector<std::string> sets,
                 const std::string& extra = "") {
   auto dir = root / name;
-  return run(guard_config(dir, data, extra), dir, std::move(sets));
+  sets.push_back(data.unit_set());
+  return run(guard_config(dir, data.dir, extra), dir, std::move(sets));
 }
 
 // metrics.jsonl: the steps marked skipped, and the event lines.
@@ -425,6 +433,17 @@ double max_z(const fs::path& dir, int64_t below_step) {
 
 model::CheckpointState final_state(const RunResult& r) { return dist_harness::final_checkpoint(r.dir); }
 
+// Where a checkpoint's data goes on: its data step and its lanes' cursors.
+std::string data_position(const fs::path& ckpt) {
+  const auto meta = json_parse(model::read_checkpoint(ckpt.string()).metadata);
+  std::string out = "data_step " + std::to_string(static_cast<int64_t>(meta.number("data_step")));
+  const JsonValue* cursor = meta.find("cursor");
+  const JsonValue* lanes = cursor ? cursor->find("lanes") : nullptr;
+  if (!lanes) return out + "; no lane cursors";
+  for (const auto& l : lanes->items) out += "; " + l.text;
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("bad data late in the run: the guard skips exactly those windows; the weights are those of a run without them") {
@@ -448,8 +467,11 @@ TEST_CASE("bad data late in the run: the guard skips exactly those windows; the 
   CHECK(v81 < 14.0);
   CHECK(std::stod(guarded.losses.at(80)) < 7.5);
 
-  // The same data with the guard off and those windows listed in skip_steps, and the data without
-  // those documents at all: the same weights, bit for bit.
+  // The same data with the guard off and those steps listed in skip_steps, and the data without
+  // those steps' rows at all: the same weights, bit for bit. (In the lanes order a lane's rows come
+  // from its units, so the data without them leaves each step's row out of every lane's unit:
+  // write_lane_docs with those steps omitted; dropping documents from one stream would shift rows
+  // between lanes.)
   auto listed = train(root, "listed", bad_data, run_sets(), "skip_steps = [\"81-82\", \"95\"]\n");
   CHECK(skipped_steps(listed.dir).empty());
   auto listed_off = train(root, "listed_off", bad_data, [] {
@@ -470,15 +492,27 @@ TEST_CASE("bad data late in the run: the guard skips exactly those windows; the 
     CAPTURE(g.optimizer[i].first);
     CHECK(torch::equal(g.optimizer[i].second, c.optimizer[i].second));
   }
-  // The guarded run's step k is the clean run's step k - (skips before it): the same loss.
+  // The guarded run's step k is the clean run's step k - (skips before it): the same rows (their
+  // hashes, "windows" in metrics.jsonl) and the same loss; the listed runs train the guarded run's
+  // rows at its steps but 81, 82 and 95, which they read and leave.
   CHECK(guarded.losses.at(90) == clean.losses.at(88));
   CHECK(guarded.losses.at(103) == clean.losses.at(100));
+  const auto gw = read_windows(guarded.dir), cw = read_windows(clean.dir), lw = read_windows(listed.dir);
+  CHECK(cw.size() == kSteps);
+  CHECK(lw.size() == kSteps);
+  CHECK(gw.size() == kSteps + 3);
+  for (const auto& [step, w] : cw) {
+    const int64_t k = step + (step > 80 ? 2 : 0) + (step > 92 ? 1 : 0);
+    CAPTURE(step);
+    CHECK(gw.at(k) == w);
+    CHECK(lw.at(k) == w);
+  }
   CHECK(contains(test_util::read_file(listed.dir / "run.log"), "data steps 81-82 are read but not trained on ([training.guard] skip_steps)"));
 }
 
 TEST_CASE("a streak rolls back to the checkpoint before it; a run stopped while the guard holds state resumes to the same") {
   auto root = temp_dir("guard_rollback");
-  // Text, then five random windows from step 75, checkpoints every 4 steps: steps 73 and 74
+  // Text, then five steps of random rows from step 75, checkpoints every 4 steps: steps 73 and 74
   // train (and are undone), 75..77 are skipped, the third skip in a row rolls back to the
   // checkpoint of step 72, and data steps 73..82 (rollback_skip 10 from it) are never trained on.
   const std::set<int> bad = {75, 76, 77, 78, 79};
@@ -525,10 +559,28 @@ TEST_CASE("a streak rolls back to the checkpoint before it; a run stopped while 
   CHECK(snap.train_figure("guard_rollbacks") == 1);
   CHECK(contains(graph::prometheus_text(snap), "pipeline_train_guard_rollbacks_total{rank=\"0\"} 1"));
 
-  // What it amounts to: the data of steps 73..82 left out.
+  // What it amounts to: the data of steps 73..82 left out. The rollback restored the weights, the
+  // optimizer and the detector, not the data: the data steps go on and those of the range are
+  // dropped by their number (Batch::data_step), so the rows trained after it are those of an
+  // uninterrupted run that skipped the range (every step's hash), and the data position of a
+  // checkpoint after it (the data step, every lane's cursor) is that run's.
   auto listed = train(root, "listed", data, run_sets(4), "skip_steps = [\"73-82\"]\n");
   CHECK(skipped_steps(listed.dir).empty());
   CHECK(dist_harness::same_weights(final_state(full), final_state(listed)));
+  const auto fw = read_windows(full.dir), lw = read_windows(listed.dir);
+  CHECK(lw.size() == 100);
+  CHECK(fw.size() == 105);  // and 73..77, trained (73, 74) or skipped before the rollback
+  for (const auto& [step, w] : lw) {
+    CAPTURE(step);
+    CHECK(fw.at(step) == w);
+  }
+  const auto ckpt = [](const RunResult& r, int step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%08d.ckpt", step);
+    return r.dir / "checkpoints" / name;
+  };
+  CHECK(contains(data_position(ckpt(full, 88)), "data_step 88; lane=0 "));
+  CHECK(data_position(ckpt(full, 88)) == data_position(ckpt(listed, 88)));
 
   // The checkpoint of step 76 was taken while the guard held a streak of 2: resumed from it, the
   // run decides the same (the third skip, the rollback to 72) and ends with the same weights;
@@ -559,6 +611,10 @@ TEST_CASE("a streak rolls back to the checkpoint before it; a run stopped while 
     INFO(test_util::read_file(part / "run.log"));
     CHECK(resumed.last_step == 110);
     CHECK(dist_harness::same_weights(final_state(full), final_state(resumed)));
+    for (const auto& [step, w] : read_windows(part)) {  // from the checkpoint's lane cursors
+      CAPTURE(step);
+      CHECK(fw.at(step) == w);
+    }
     if (from == 76) {
       CHECK(skipped_steps(part) == std::set<int64_t>{77});
       REQUIRE(events(part).size() == 1);
@@ -571,7 +627,7 @@ TEST_CASE("a streak rolls back to the checkpoint before it; a run stopped while 
 
 TEST_CASE("a NaN loss is skipped; a guard out of rollbacks stops the run with a checkpoint and the steps named") {
   auto root = temp_dir("guard_nan");
-  // One window whose every target is padding: the loss is 0/0.
+  // One step whose every target is padding: the loss is 0/0.
   auto data = write_docs(root / "nan", docs_with(kSteps + 1, {50}, Doc::nan));
   auto nan = train(root, "nan", data, run_sets());
   INFO(test_util::read_file(nan.dir / "run.log"));
@@ -580,10 +636,15 @@ TEST_CASE("a NaN loss is skipped; a guard out of rollbacks stops the run with a 
   CHECK(contains(test_util::read_file(nan.dir / "run.log"), "(not finite); 1 in a row"));
   auto listed = train(root, "listed", data, run_sets(), "skip_steps = [\"50\"]\n");
   CHECK(dist_harness::same_weights(final_state(nan), final_state(listed)));
+  const auto nw = read_windows(nan.dir);
+  for (const auto& [step, w] : read_windows(listed.dir)) {
+    CAPTURE(step);
+    CHECK(nw.at(step) == w);
+  }
   // The weights stayed finite: the NaN never reached them or the moments.
   for (const auto& [name, t] : final_state(nan).model) CHECK(torch::isfinite(t).all().item<bool>());
 
-  // NaN windows that go on: every rollback lands in more of them, and after max_rollbacks = 2 the
+  // NaN steps that go on: every rollback lands in more of them, and after max_rollbacks = 2 the
   // guard stops the run. Checkpoints every 10; the streak 41..43 rolls back to 40 (skipping
   // 41..50), then 51..53 to 40 again (skipping to 60), then 61..63: stop.
   std::set<int> many;
