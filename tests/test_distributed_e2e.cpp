@@ -559,15 +559,20 @@ TEST_CASE("two ranks take the spike guard's decisions together: the skips and th
                                          "training.guard.max_skips=3",   "training.guard.rollback_skip=8",
                                          "run.dist_timeout_s=60",        "run.dist_heartbeat_s=10",
                                          data.unit_set()};
-  auto write = [&](const std::string& name) {
+  auto write = [&](const std::string& name, const std::string& extra = "") {
     auto cfg = root / (name + ".toml");
-    std::ofstream(cfg) << tiny_config(root / name, kTokenInput, data.dir.string());
+    std::ofstream(cfg) << tiny_config(root / name, kTokenInput, data.dir.string()) + extra;
     return cfg;
   };
   run_torchrun(write("two"), false, sets, root / "two.log");
   auto one_sets = sets;
   one_sets.push_back("training.grad_accum=2");
   run_torchrun(write("one"), false, one_sets, root / "one.log", 1);
+  // Two ranks, the guard off, the data the guarded ranks skipped listed: what they amount to.
+  auto listed_sets = sets;
+  listed_sets.push_back("training.guard.enabled=false");
+  run_torchrun(write("listed", "[training.guard]\nskip_steps = [\"31\", \"37-44\"]\n"), false, listed_sets,
+               root / "listed.log");
   auto guard_lines = [](const fs::path& dir) {
     std::vector<std::string> out;  // the skipped steps and the events, as metrics.jsonl has them
     std::ifstream in(dir / "metrics.jsonl");
@@ -593,8 +598,19 @@ TEST_CASE("two ranks take the spike guard's decisions together: the skips and th
   const auto two_rows = read_windows(root / "two");
   CHECK(two_rows.size() == 42 + 15);  // 1..42, then 43 and 44 dropped; the rollback left 35 updates: 45..59
   CHECK(two_rows == read_windows(root / "one"));
+  // The weights: bit for bit those of the two ranks that listed the skipped data (rank 0 handed its
+  // checkpoint's state to rank 1 at the rollback, or their averaged gradients would part), on the
+  // same rows at every step they trained. Against the one process they differ by the order of
+  // the sums: its micro-batches group a step's rows as lanes {0, 1} and {2, 3}, the ranks' as
+  // {0, 2} and {1, 3}, and Adam magnifies that where a gradient is near eps (measured 2.6e-4 after
+  // 59 steps; the same rows in the documents order's grouping stayed under 1e-5).
+  CHECK(dist_harness::same_weights(final_checkpoint(root / "two"), final_checkpoint(root / "listed")));
+  for (const auto& [step, w] : read_windows(root / "listed")) {
+    CAPTURE(step);
+    CHECK(two_rows.at(step) == w);
+  }
   const double diff = weight_difference(final_checkpoint(root / "two"), final_checkpoint(root / "one"));
   INFO("largest relative weight difference " << diff);
-  CHECK(diff < 1e-5);
+  CHECK(diff < 1e-3);
   CHECK(final_checkpoint(root / "two").step == final_checkpoint(root / "one").step);
 }
