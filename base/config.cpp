@@ -49,6 +49,7 @@ std::string value_to_string(const Value& v) {
 
 std::string Location::str() const {
   if (line > 0) return source + ":" + std::to_string(line);
+  if (!arg.empty()) return source + " " + arg;
   return source;
 }
 
@@ -214,11 +215,9 @@ std::vector<std::string> split_dotted(const std::string& s) {
   return parts;
 }
 
-Override parse_override(const std::string& arg) {
-  auto eq = arg.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw ConfigError("--set " + arg + ": expected section.key=value");
-  std::string path = arg.substr(0, eq);
+// `path` is the part before '='; the caller has handled `--set TABLE=` (a removal).
+Override parse_override(const std::string& arg, const std::string& path) {
+  const auto eq = path.size();
   auto dot = path.rfind('.');
   if (dot == std::string::npos || dot == 0 || dot + 1 == path.size())
     throw ConfigError("--set " + arg + ": expected section.key=value (the key needs its section, e.g. model.n_layer=4)");
@@ -368,7 +367,47 @@ std::string known_keys(const Schema& schema) {
 struct Document::Impl {
   toml::table root;
   std::vector<Override> overrides;
-  mutable std::set<std::string> used_sections;
+  std::vector<std::string> removed;             // the tables `--set TABLE=` removed, as given
+  mutable std::set<std::string> used_sections;  // resolved, or marked known
+  mutable std::set<std::string> resolved_sections;
+
+  // One --set argument. `--set TABLE=`, nothing after '=', where TABLE is a table of the file
+  // or of an earlier --set, removes it with every earlier --set into it: its keys take their
+  // defaults again, and a stage leaves the graph. Otherwise it is section.key=value.
+  void add_override(const std::string& arg) {
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError("--set " + arg + ": expected section.key=value (" +
+                        (eq == 0 ? std::string("the key is missing") : "no '=' in it: write --set " + arg + "=VALUE") +
+                        "), or TABLE= to remove a table");
+    }
+    const std::string path = arg.substr(0, eq);
+    if (eq + 1 == arg.size() && names_table(path)) {
+      remove_table(path);
+      removed.push_back(arg);
+      return;
+    }
+    overrides.push_back(parse_override(arg, path));
+  }
+
+  bool names_table(const std::string& dotted) const {
+    if (auto n = find(dotted); n && n->is_table()) return true;
+    return std::any_of(overrides.begin(), overrides.end(), [&](const Override& o) {
+      return o.section == dotted || o.section.rfind(dotted + ".", 0) == 0;
+    });
+  }
+
+  void remove_table(const std::string& dotted) {
+    const auto dot = dotted.rfind('.');
+    const std::string parent = dot == std::string::npos ? std::string() : dotted.substr(0, dot);
+    toml::table* t = &root;
+    if (!parent.empty())
+      for (const auto& part : split_dotted(parent)) t = t ? t->get_as<toml::table>(part) : nullptr;
+    if (t) t->erase(dot == std::string::npos ? dotted : dotted.substr(dot + 1));
+    std::erase_if(overrides, [&](const Override& o) {
+      return o.section == dotted || o.section.rfind(dotted + ".", 0) == 0;
+    });
+  }
 
   const toml::node* find(const std::string& dotted) const {
     if (dotted.empty()) return &root;
@@ -398,7 +437,7 @@ Document Document::parse(const std::string& text, const std::string& name, const
     throw ConfigError(name + ":" + std::to_string(b.line) + ":" + std::to_string(b.column) + ": invalid TOML: " +
                       std::string(e.description()));
   }
-  for (const auto& o : overrides) doc.impl_->overrides.push_back(parse_override(o));
+  for (const auto& o : overrides) doc.impl_->add_override(o);
   return doc;
 }
 
@@ -446,6 +485,7 @@ int Document::section_line(const std::string& section) const {
 
 Section Document::resolve(const std::string& section, const Schema& schema) const {
   impl_->used_sections.insert(section);
+  impl_->resolved_sections.insert(section);
   Section out(section, file_);
   auto node = impl_->find(section);
   if (node && !node->is_table())
@@ -492,7 +532,7 @@ Section Document::resolve(const std::string& section, const Schema& schema) cons
     std::string why;
     auto val = convert(*parsed.get("v"), *spec, why);
     if (!val) throw ConfigError("--set " + o.arg + ": [" + section + "] " + o.key + ": " + why);
-    out.set(o.key, std::move(*val), Location{"--set", 0});
+    out.set(o.key, std::move(*val), Location{"--set", 0, o.arg});
   }
   for (const auto& spec : schema.options()) {
     if (!out.has(spec.key)) {
@@ -504,9 +544,7 @@ Section Document::resolve(const std::string& section, const Schema& schema) cons
     }
     std::string bad = check_range(out.values().at(spec.key).first, spec);
     if (!bad.empty()) {
-      auto loc = out.where(spec.key);
-      std::string origin = loc.source == "--set" ? "--set " + section + "." + spec.key : loc.str();
-      throw ConfigError(origin + ": [" + section + "] " + spec.key + ": " + bad);
+      throw ConfigError(out.where(spec.key).str() + ": [" + section + "] " + spec.key + ": " + bad);
     }
   }
   // Present keys in schema order, so tables read the same whatever order the file used.
@@ -590,9 +628,26 @@ void Document::check_all_used() const {
     }
   };
   walk(impl_->root, "");
-  for (const auto& o : impl_->overrides)
+  for (const auto& o : impl_->overrides) {
     if (!used.count(o.section))
       throw ConfigError("--set " + o.arg + ": unknown section [" + o.section + "]; known sections: " + known);
+    if (impl_->resolved_sections.count(o.section)) continue;
+    // A section that only holds sections ([stages]): the key would be read by nothing.
+    if (o.text.empty())
+      throw ConfigError("--set " + o.arg + ": there is no table [" + o.section + "." + o.key +
+                        "] to remove (--set TABLE= removes one)" + sections_under(o.section));
+    throw ConfigError("--set " + o.arg + ": [" + o.section + "] holds tables, not keys: expected " + o.section +
+                      ".NAME.key=value" + sections_under(o.section));
+  }
+}
+
+const std::vector<std::string>& Document::removed() const { return impl_->removed; }
+
+std::string Document::sections_under(const std::string& prefix) const {
+  const auto names = subsections(prefix);
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "; its tables: " : ", ") + prefix + "." + n;
+  return out;
 }
 
 void print_table(std::ostream& os, const std::vector<Section>& sections) {

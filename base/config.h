@@ -27,7 +27,8 @@ std::string value_to_string(const Value& v);
 struct Location {
   std::string source;  // file path, "--set" or "default"
   int line = 0;        // 1-based; 0 when not from a file
-  std::string str() const;  // "gpt2.toml:12", "--set", "default"
+  std::string arg = {};     // "--set": the argument as given ("training.steps=3"), for messages
+  std::string str() const;  // "gpt2.toml:12", "--set training.steps=3", "default"
 };
 
 /// Every configuration problem: the message already names file, line, key and expectation.
@@ -115,7 +116,8 @@ class Section {
 };
 
 /// A parsed config file plus `--set section.key=value` overrides. Section names may be
-/// dotted (`stages.tokenize`) for nested tables.
+/// dotted (`stages.tokenize`) for nested tables. `--set TABLE=` (nothing after '=') removes a
+/// table of the file (or of an earlier --set): `--set stages.tokenize=` takes a stage out.
 class Document {
  public:
   /// Parses `path`; a TOML syntax error becomes a ConfigError naming file, line and column.
@@ -145,8 +147,11 @@ class Document {
   void check_all_used() const;
   /// Line where a section's table starts (0 if absent or created by --set).
   int section_line(const std::string& section) const;
+  /// The `--set TABLE=` arguments that removed a table (a stage, a section), in order.
+  const std::vector<std::string>& removed() const;
 
  private:
+  std::string sections_under(const std::string& prefix) const;  // "; its tables: ..." for messages
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string file_;

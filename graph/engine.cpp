@@ -269,6 +269,22 @@ std::vector<config::Section> Engine::stage_options() const {
 
 void validate(const GraphSpec& spec) { EngineImpl(spec, {}, false); }
 
+void dry_run(const GraphSpec& spec, const std::any& host) {
+  const EngineImpl impl(spec, {}, false);
+  for (const auto& st : impl.rt.stages) {
+    if (!st->type->dry_run) continue;
+    const StageContext ctx{st->spec.name, st->type->name, st->max_workers, st->options, host};
+    try {
+      st->type->dry_run(ctx);
+    } catch (const config::ConfigError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw StageError(st->spec.name, std::string("building: ") + e.what(), std::current_exception());
+    }
+  }
+}
+
 std::string to_dot(const GraphSpec& spec) { return graph_dot(EngineImpl(spec, {}, false).rt); }
+std::string to_text(const GraphSpec& spec) { return graph_text(EngineImpl(spec, {}, false).rt); }
 
 }  // namespace pipeline::graph

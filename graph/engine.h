@@ -189,7 +189,13 @@ class Engine {
 /// Validates a spec (types, options, inputs, ports, cycles) without building stage instances:
 /// what `pipeline graph` and `pipeline check` need. Throws config::ConfigError.
 void validate(const GraphSpec& spec);
+/// Validates a spec as validate() does, then makes each stage type's dry run (StageType::dry_run)
+/// with `host` as the stages' host: what building the stages would open and check, without
+/// building them. Throws config::ConfigError, or StageError naming the stage as building would.
+void dry_run(const GraphSpec& spec, const std::any& host);
 /// The graph as Graphviz DOT, without building stage instances.
 std::string to_dot(const GraphSpec& spec);
+/// The graph drawn as text, a stage a line, top to bottom, without building stage instances.
+std::string to_text(const GraphSpec& spec);
 
 }  // namespace pipeline::graph

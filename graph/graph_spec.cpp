@@ -26,6 +26,18 @@ std::string where(const GraphSpec& g, const StageSpec& s) {
   return (s.where.empty() ? (g.file.empty() ? std::string("graph") : g.file) : s.where) + ": [stages." + s.name + "]";
 }
 
+// " (its type from --set stages.read.type=read_tokens)" when a --set chose the stage's type.
+std::string set_type(const StageSpec& s) {
+  if (!s.resolved || s.resolved->where("type").source != "--set") return "";
+  return " (" + s.name + "'s type from " + s.resolved->where("type").str() + ")";
+}
+
+// Where the stage's `key` was given: its line, or the --set that gave it; else the stage's section.
+std::string where(const GraphSpec& g, const StageSpec& s, const std::string& key) {
+  if (s.resolved && s.resolved->was_set(key)) return s.resolved->where(key).str() + ": [stages." + s.name + "]";
+  return where(g, s);
+}
+
 // Options set from code go through the same check as a config file's (config::check_value):
 // defaults filled in, unknown keys, wrong types, ranges and choices rejected.
 config::Section resolve_code_options(const StageSpec& s, const StageType& t, const std::string& at) {
@@ -120,26 +132,26 @@ void resolve_graph(Runtime& rt, bool instantiate) {
     const StageSpec& s = specs[i];
     types[i] = find_stage_type(s.type);
     if (!types[i])
-      throw config::ConfigError(where(spec, s) + " type: unknown stage type '" + s.type + "'; known types: " +
+      throw config::ConfigError(where(spec, s, "type") + " type: unknown stage type '" + s.type + "'; known types: " +
                                 join(known_types()));
     const StageType& t = *types[i];
     if (s.workers < 0)
-      throw config::ConfigError(where(spec, s) + " workers: expected >= 1 or \"auto\", got " + std::to_string(s.workers));
+      throw config::ConfigError(where(spec, s, "workers") + " workers: expected >= 1 or \"auto\", got " + std::to_string(s.workers));
     if (s.capacity < 0)
-      throw config::ConfigError(where(spec, s) + " capacity: expected >= 1 or \"auto\", got " +
+      throw config::ConfigError(where(spec, s, "capacity") + " capacity: expected >= 1 or \"auto\", got " +
                                 std::to_string(s.capacity));
     if (t.max_workers > 0 && s.workers > t.max_workers)
-      throw config::ConfigError(where(spec, s) + " workers: stage type " + t.name + " allows at most " +
+      throw config::ConfigError(where(spec, s, "workers") + " workers: stage type " + t.name + " allows at most " +
                                 std::to_string(t.max_workers) + (t.own_thread ? " (it owns a thread)" : "") + ", got " +
                                 std::to_string(s.workers));
     if (t.input.none() && !s.inputs.empty())
-      throw config::ConfigError(where(spec, s) + " input: stage type " + t.name +
+      throw config::ConfigError(where(spec, s, "input") + " input: stage type " + t.name +
                                 " is a source and takes no input, got " + join(s.inputs));
     if (!t.input.none() && s.inputs.empty())
-      throw config::ConfigError(where(spec, s) + " input: stage type " + t.name + " needs an input (a stage producing " +
+      throw config::ConfigError(where(spec, s, "input") + " input: stage type " + t.name + " needs an input (a stage producing " +
                                 t.input.name + ")");
     if (t.ordered && s.inputs.size() > 1)
-      throw config::ConfigError(where(spec, s) + " input: stage type " + t.name +
+      throw config::ConfigError(where(spec, s, "input") + " input: stage type " + t.name +
                                 " needs ordered input, which a merge of several inputs cannot give; got " +
                                 join(s.inputs));
     std::set<std::string> seen;
@@ -147,17 +159,17 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       if (!index.count(in)) {
         std::vector<std::string> names;
         for (const auto& o : specs) names.push_back(o.name);
-        throw config::ConfigError(where(spec, s) + " input: no stage named '" + in + "'; stages: " + join(names));
+        throw config::ConfigError(where(spec, s, "input") + " input: no stage named '" + in + "'; stages: " + join(names));
       }
-      if (!seen.insert(in).second) throw config::ConfigError(where(spec, s) + " input: '" + in + "' is listed twice");
+      if (!seen.insert(in).second) throw config::ConfigError(where(spec, s, "input") + " input: '" + in + "' is listed twice");
       if (in == s.name)
-        throw config::ConfigError(where(spec, s) + " input: the stage feeds itself (a cycle: " + in + " -> " + in + ")");
+        throw config::ConfigError(where(spec, s, "input") + " input: the stage feeds itself (a cycle: " + in + " -> " + in + ")");
     }
   }
   for (size_t i = 0; i < specs.size(); ++i)
     for (const auto& in : specs[i].inputs)
       if (types[index[in]]->output.none())
-        throw config::ConfigError(where(spec, specs[i]) + " input: '" + in + "' (type " + specs[index[in]].type +
+        throw config::ConfigError(where(spec, specs[i], "input") + " input: '" + in + "' (type " + specs[index[in]].type +
                                   ") is a sink and produces nothing");
 
   // Cycles: depth-first search; the stages on a cycle are reported in data-flow order.
@@ -224,11 +236,14 @@ void resolve_graph(Runtime& rt, bool instantiate) {
       const StageRt& pr = *rt.stages[e->producer];
       if (pr.out_port == "any") continue;  // a pass-through fed by nothing typed yet
       if (!st.type->input.any() && pr.out_port != st.type->input.name)
-        throw config::ConfigError(where(spec, st.spec) + " input: stage '" + st.spec.name + "' (type " + st.type->name +
+        throw config::ConfigError(where(spec, st.spec, "input") + " input: stage '" + st.spec.name + "' (type " + st.type->name +
                                   ") takes port type '" + st.type->input.name + "', but its input '" + pr.spec.name +
-                                  "' (type " + pr.type->name + ") produces '" + pr.out_port + "'");
+                                  "' (type " + pr.type->name + ") produces '" + pr.out_port + "'" + set_type(pr.spec) +
+                                  (spec.file.empty() ? std::string()
+                                                     : "; a stage that no longer fits leaves the graph with --set stages." +
+                                                           st.spec.name + "="));
       if (!in_port.empty() && pr.out_port != in_port)
-        throw config::ConfigError(where(spec, st.spec) + " input: the inputs of '" + st.spec.name +
+        throw config::ConfigError(where(spec, st.spec, "input") + " input: the inputs of '" + st.spec.name +
                                   "' carry different types: '" + in_port + "' and '" + pr.out_port + "' (from '" +
                                   pr.spec.name + "')");
       in_type = pr.out_type;
@@ -374,6 +389,73 @@ std::string graph_dot(const Runtime& rt) {
        << (to.spec.capacity > 0 ? std::to_string(to.spec.capacity) : std::string("auto")) << "\"];\n";
   }
   os << "}\n";
+  return os.str();
+}
+
+namespace {
+
+// "read (read_shards ×1, source)": a stage's name, type, workers and what sets it apart.
+std::string text_label(const StageRt& st) {
+  std::string out = st.spec.name + " (" + st.type->name + " ×" +
+                    (st.spec.workers > 0 || st.kind == StageKind::own_thread || st.is_source()
+                         ? std::to_string(st.max_workers)
+                         : std::string("auto"));
+  if (st.is_source()) out += ", source";
+  if (st.kind == StageKind::own_thread) out += ", own thread";
+  if (st.type->ordered) out += ", ordered input";
+  if (st.is_sink()) out += ", sink";
+  return out + ")";
+}
+
+std::string capacity_label(const StageRt& consumer) {
+  return "cap " + (consumer.spec.capacity > 0 ? std::to_string(consumer.spec.capacity) : std::string("auto"));
+}
+
+}  // namespace
+
+std::string graph_text(const Runtime& rt) {
+  std::ostringstream os;
+  std::vector<bool> shown(rt.stages.size(), false);
+  // A chain goes straight down; a stage with several outputs branches, and a branch's stage is
+  // drawn on the branch when it is a sink with no other input, further down otherwise.
+  for (const auto& first : rt.stages) {
+    if (shown[first->index]) continue;
+    os << text_label(*first);
+    if (!first->inputs.empty()) {
+      os << "  input:";
+      for (size_t i = 0; i < first->inputs.size(); ++i)
+        os << (i ? ", " : " ") << rt.stages[first->inputs[i]->producer]->spec.name;
+    }
+    os << "\n";
+    shown[first->index] = true;
+    for (const StageRt* cur = first.get(); !cur->outputs.empty();) {
+      const std::string port = cur->out_port.empty() ? "?" : cur->out_port;
+      const StageRt& only = *rt.stages[cur->outputs[0]->consumer];
+      if (cur->outputs.size() == 1 && only.inputs.size() == 1 && !shown[only.index]) {
+        os << "  │ " << port << ", " << capacity_label(only) << "\n  ▼\n" << text_label(only) << "\n";
+        shown[only.index] = true;
+        cur = &only;
+        continue;
+      }
+      os << "  │ " << port << "\n";
+      size_t width = 0;
+      for (const EdgeRt* e : cur->outputs) width = std::max(width, capacity_label(*rt.stages[e->consumer]).size());
+      for (size_t i = 0; i < cur->outputs.size(); ++i) {
+        const StageRt& c = *rt.stages[cur->outputs[i]->consumer];
+        const std::string cap = capacity_label(c);
+        os << "  " << (i + 1 == cur->outputs.size() ? "└" : "├") << "── " << cap << " ";
+        for (size_t d = 0; d < 2 + width - cap.size(); ++d) os << "─";
+        os << "▶ ";
+        if (c.is_sink() && c.inputs.size() == 1 && !shown[c.index]) {
+          os << text_label(c) << "\n";
+          shown[c.index] = true;
+        } else {
+          os << c.spec.name << " (below)\n";
+        }
+      }
+      break;
+    }
+  }
   return os.str();
 }
 

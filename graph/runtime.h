@@ -418,5 +418,7 @@ void wind_down(Runtime& rt, StageRt& st);
 void resolve_graph(Runtime& rt, bool instantiate);
 /// The resolved graph in Graphviz DOT.
 std::string graph_dot(const Runtime& rt);
+/// The graph drawn as text, top to bottom (`pipeline graph --text`).
+std::string graph_text(const Runtime& rt);
 
 }  // namespace pipeline::graph

@@ -299,6 +299,10 @@ struct StageType {
   /// (See docs/engine.md, Routing.)
   std::function<bool(const Item&)> accepts = {};
   std::function<std::unique_ptr<Stage>(const StageContext&)> factory = {};  // empty: declared only
+  /// What building the stage would open and check, done without building it (and without the
+  /// code behind a declared-only type): `pipeline check`'s dry run (graph::dry_run). It throws
+  /// what the factory would. Null: building it opens nothing that can fail.
+  std::function<void(const StageContext&)> dry_run = {};
 };
 
 /// The implementation half of a stage type declared elsewhere (see StageType).

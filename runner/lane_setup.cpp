@@ -61,8 +61,8 @@ CheckpointOrder checkpoint_order(const std::string& metadata, const std::string&
   return out;
 }
 
-void apply_checkpoint_order(const CheckpointOrder& held, const RunRequest& req, RunConfig& cfg, int world,
-                            const std::string& checkpoint) {
+void apply_checkpoint_order(const CheckpointOrder& held, const RunRequest& req, RunConfig& cfg,
+                            std::optional<int> world, const std::string& checkpoint) {
   const std::string was = held.order == "lanes" ? "the lanes order with " + std::to_string(held.lanes) + " lanes"
                                                 : std::string("the documents order");
   if (set_here(req, "data.order") && cfg.data.order != held.order)
@@ -80,14 +80,14 @@ void apply_checkpoint_order(const CheckpointOrder& held, const RunRequest& req, 
       sec.set("order", held.order, config::Location{"checkpoint", 0});
       if (held.order == "lanes") sec.set("lanes", static_cast<int64_t>(held.lanes), config::Location{"checkpoint", 0});
     }
-  if (held.order != "lanes") return;
+  if (held.order != "lanes" || !world) return;
   const auto& t = cfg.training;
-  const uint64_t rows = static_cast<uint64_t>(t.batch_size * t.grad_accum) * static_cast<uint64_t>(world);
+  const uint64_t rows = static_cast<uint64_t>(t.batch_size * t.grad_accum) * static_cast<uint64_t>(*world);
   if (rows != held.rows)
     throw std::invalid_argument(
         checkpoint + " trains " + std::to_string(held.rows) + " rows a step over its " + std::to_string(held.lanes) +
         " lanes, and this run's step would be " + std::to_string(rows) + " (batch_size " + std::to_string(t.batch_size) +
-        " x grad_accum " + std::to_string(t.grad_accum) + " x " + ranks_text(static_cast<uint32_t>(world)) +
+        " x grad_accum " + std::to_string(t.grad_accum) + " x " + ranks_text(static_cast<uint32_t>(*world)) +
         "): the order goes on only with the same rows a step; keep batch_size and let grad_accum adapt to the ranks");
 }
 

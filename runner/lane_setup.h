@@ -7,16 +7,18 @@
 //     N = batch_size x grad_accum x ranks, checked (K divides N, the ranks divide K, a resume keeps
 //     the checkpoint's N), and this rank's lanes with where they start (a checkpoint's cursors,
 //     gathered from every rank that wrote it: runner/data_parallel.h's checkpoint_cursor).
-// Every refusal is a sentence naming the numbers and what to change.
+// Every refusal is a sentence naming the numbers and what to change. Torch-free: `pipeline check`
+// settles the order the same way for its dry run (one process, or a resume's checkpoint).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runner/run_resolve.h"
-#include "stages/types.h"
+#include "stages/lane_session.h"
 
 namespace pipeline::stages {
 
@@ -38,9 +40,10 @@ CheckpointOrder checkpoint_order(const std::string& metadata, const std::string&
 
 /// A resumed run takes its checkpoint's order (and K): cfg.data.order and lanes, shown as coming
 /// from the checkpoint. A --set of either that disagrees, or in the lanes order a step of other
-/// rows than the checkpoint's, is refused with what to change.
-void apply_checkpoint_order(const CheckpointOrder& held, const RunRequest& req, RunConfig& cfg, int world,
-                            const std::string& checkpoint);
+/// rows than the checkpoint's on `world` ranks, is refused with what to change. Without `world`
+/// (`pipeline check`, which does not know the ranks a run will have) the rows are not checked.
+void apply_checkpoint_order(const CheckpointOrder& held, const RunRequest& req, RunConfig& cfg,
+                            std::optional<int> world, const std::string& checkpoint);
 
 /// The lanes order's session of this rank (cfg.data.order = "lanes"): K resolved and checked
 /// against the step's rows and the ranks, this rank's lanes, where they start (`start`: this

@@ -1,9 +1,16 @@
 // See run_resolve.h.
 #include "runner/run_resolve.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <initializer_list>
 #include <stdexcept>
 
+#include "base/json.h"
+#include "model/checkpoint/checkpoint_config.h"
 #include "model/hf/hf_config.h"
 
 namespace pipeline::stages {
@@ -38,6 +45,57 @@ fs::path checkpoint_file(const fs::path& file_or_run_dir) {
   if (latest.empty())
     throw std::runtime_error(file_or_run_dir.string() + ": no checkpoint in " + (file_or_run_dir / "checkpoints").string());
   return latest;
+}
+
+void check_resumable(const std::string& metadata, const RunConfig& cfg, const model::GPTConfig& want,
+                     const std::string& ckpt) {
+  const model::GPTConfig held = model::checkpoint_model_config(metadata, ckpt);
+  if (held.n_layer != want.n_layer || held.n_head != want.n_head || held.n_embd != want.n_embd ||
+      held.block_size != want.block_size || held.vocab_size != want.vocab_size || held.bias != want.bias)
+    throw std::runtime_error(ckpt + " holds the model " + held.to_json() + ", and this run's [model] is " +
+                             want.to_json() + ": resume it with the [model] it was trained with (its run's config.toml)");
+  const JsonValue meta = json_parse(metadata);
+  if (const JsonValue* seed = meta.find("seed"); seed && seed->text != std::to_string(cfg.run.seed))
+    throw std::runtime_error(ckpt + " was trained with [run] seed = " + seed->text + ", and this run's is " +
+                             std::to_string(cfg.run.seed) +
+                             ": the data order and the rest follow the seed, so resume it with the same seed");
+}
+
+std::optional<NothingToTrain> nothing_to_train(const RunConfig& cfg, int64_t step, const std::string& ckpt,
+                                               const fs::path& run_dir) {
+  const int64_t steps = cfg.training.steps;
+  if (step < steps) return std::nullopt;
+  std::string from;  // where [training] steps came from
+  for (const auto& sec : cfg.sections)
+    if (sec.name() == "training") from = sec.where("steps").str();
+  const std::string more = "pipeline run --resume " + run_dir.string() + " --set training.steps=N (N > " +
+                           std::to_string(step) + ")";
+  if (step == steps)
+    return NothingToTrain{false, "nothing to train: the run is complete, " + ckpt + " is at step " +
+                                     std::to_string(step) + " of [training] steps = " + std::to_string(steps) +
+                                     " (" + from + "). To train on: " + more};
+  return NothingToTrain{true, ckpt + " is at step " + std::to_string(step) + ", past [training] steps = " +
+                                  std::to_string(steps) + " (" + from +
+                                  "): the run cannot stop at a step it has passed, and nothing was trained. To train "
+                                  "on from step " + std::to_string(step) + ": " + more};
+}
+
+std::runtime_error run_dir_error(const fs::path& dir, const std::string& why, bool default_place) {
+  return std::runtime_error(
+      "cannot create the run directory " + dir.string() + ": " + why +
+      (default_place ? " (it is made under the current directory: choose another with --set run.dir=PATH)" : ""));
+}
+
+void check_new_run_dir(const fs::path& dir, bool default_place, bool probe) {
+  if (!latest_checkpoint(dir).empty())  // (temporaries a killed writer left do not count)
+    throw std::runtime_error(dir.string() + " already holds a run with checkpoints; continue it with --resume " +
+                             dir.string() + " (or --resume auto), or choose another [run] dir");
+  if (!probe) return;
+  fs::path at = fs::absolute(dir);
+  std::error_code ec;
+  while (!fs::exists(at, ec) && at.has_parent_path() && at != at.parent_path()) at = at.parent_path();
+  if (!fs::is_directory(at, ec)) throw run_dir_error(dir, at.string() + " is not a directory", default_place);
+  if (::access(at.c_str(), W_OK | X_OK) != 0) throw run_dir_error(dir, std::strerror(errno), default_place);
 }
 
 namespace {
@@ -80,7 +138,22 @@ model::GPTConfig init_from_config(const RunConfig& rc) {
   return m;
 }
 
+// Where the values of `keys` came from, for an error about them together: each one a --set gave
+// ("--set model.n_head=5"), else the file and the line of the first one it sets, else the file.
+std::string origin_of(const config::Section& sec, std::initializer_list<const char*> keys, const fs::path& file) {
+  std::string sets, line;
+  for (const char* k : keys) {
+    const config::Location at = sec.where(k);
+    if (at.source == "--set")
+      sets += (sets.empty() ? "" : ", ") + at.str();
+    else if (line.empty() && at.line > 0)
+      line = at.str();
+  }
+  return !sets.empty() ? sets : !line.empty() ? line : file.string();
+}
+
 model::GPTConfig model_config(const RunConfig& rc) {
+  const auto& sec = run_section(rc, "model");
   model::GPTConfig m;
   if (!rc.model.init_from.empty()) {
     m = init_from_config(rc);
@@ -88,7 +161,7 @@ model::GPTConfig model_config(const RunConfig& rc) {
     try {
       m = model::GPTConfig::preset(rc.model.preset);
     } catch (const std::exception& e) {
-      throw config::ConfigError(rc.file.string() + ": [model] preset: " + e.what());
+      throw sec.error("preset", e.what());
     }
     if (rc.model.n_layer) m.n_layer = rc.model.n_layer;
     if (rc.model.n_head) m.n_head = rc.model.n_head;
@@ -101,11 +174,19 @@ model::GPTConfig model_config(const RunConfig& rc) {
   try {
     m.validate();
   } catch (const std::exception& e) {
-    throw config::ConfigError(rc.file.string() + ": [model] " + e.what());
+    throw config::ConfigError(origin_of(sec, {"preset", "n_layer", "n_head", "n_embd", "block_size", "vocab_size", "dropout"}, rc.file) +
+                              ": [model] " + e.what());
   }
-  if (rc.training.seq_len > m.block_size)
-    throw config::ConfigError(rc.file.string() + ": [training] seq_len: " + std::to_string(rc.training.seq_len) +
-                              " exceeds the model's block_size " + std::to_string(m.block_size));
+  if (rc.training.seq_len > m.block_size) {
+    // The context comes from block_size when it is set, else from the preset (or init_from's model).
+    const std::string context = sec.was_set("block_size") ? "[model] block_size, " + sec.where("block_size").str()
+                                : !rc.model.init_from.empty() ? "the n_positions of " + rc.model.init_from.string()
+                                : sec.was_set("preset") ? "the preset \"" + rc.model.preset + "\"'s, " + sec.where("preset").str()
+                                                        : "the default preset \"" + rc.model.preset + "\"'s";
+    throw run_section(rc, "training")
+        .error("seq_len", std::to_string(rc.training.seq_len) + " exceeds the model's context, block_size " +
+                              std::to_string(m.block_size) + " (" + context + ")");
+  }
   return m;
 }
 

@@ -3,7 +3,10 @@
 // (without loading LibTorch) and what `pipeline run` plans from (runner/run_setup.h).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,32 @@ struct ResolvedRun {
 /// its graph (stage types, ports, inputs, cycles, options) and the model. Throws
 /// config::ConfigError or std::runtime_error with the file, key or path at fault.
 ResolvedRun resolve_run(const RunRequest& req);
+
+/// A checkpoint continues the model it holds, and the data order its seed drew (mixes, Parquet's
+/// shuffle): another [model] shape or [run] seed than its `metadata` records is an error that says
+/// so, before any tensor is read.
+void check_resumable(const std::string& metadata, const RunConfig& cfg, const model::GPTConfig& model,
+                     const std::string& ckpt);
+
+/// A resumed run whose checkpoint `ckpt` is at `step` has nothing to train once that reaches its
+/// [training] steps: the run is complete (step == steps; not an error: a scheduler that starts a
+/// finished job again gets exit status 0), or the checkpoint is past them (an error: the run
+/// cannot stop at a step it has passed). nullopt while steps are left.
+struct NothingToTrain {
+  bool past = false;    // the checkpoint is past [training] steps
+  std::string message;  // what the run says instead of training, with what to do
+};
+std::optional<NothingToTrain> nothing_to_train(const RunConfig& cfg, int64_t step, const std::string& ckpt,
+                                               const std::filesystem::path& run_dir);
+
+/// A new run's directory, `[run] dir` or runs/<name>-<timestamp> under the working directory
+/// (`default_place`). Throws when it holds a run with checkpoints already (a run continues with
+/// --resume), or, with `probe`, when it cannot be made: the nearest folder that exists is not one
+/// this process may write into (a read-only checkout). `run` makes the folder and learns the
+/// latter from that; `check` probes.
+void check_new_run_dir(const std::filesystem::path& dir, bool default_place, bool probe);
+/// "cannot create the run directory DIR: WHY", and where to choose another when it was the default.
+std::runtime_error run_dir_error(const std::filesystem::path& dir, const std::string& why, bool default_place);
 
 /// The newest checkpoint in RUN_DIR/checkpoints (empty path when there is none).
 std::filesystem::path latest_checkpoint(const std::filesystem::path& run_dir);

@@ -177,22 +177,6 @@ model::CheckpointState read_named_checkpoint(const fs::path& ckpt) {
   }
 }
 
-// A checkpoint continues the model it holds, and the data order its seed drew (mixes, Parquet's
-// shuffle); another [model] or [run] seed is an error that says so, before any tensor is read.
-void check_resumable(const std::string& metadata, const RunContext& ctx, const std::string& ckpt) {
-  const model::GPTConfig held = model::checkpoint_model_config(metadata, ckpt);
-  const model::GPTConfig& want = ctx.model;
-  if (held.n_layer != want.n_layer || held.n_head != want.n_head || held.n_embd != want.n_embd ||
-      held.block_size != want.block_size || held.vocab_size != want.vocab_size || held.bias != want.bias)
-    throw std::runtime_error(ckpt + " holds the model " + held.to_json() + ", and this run's [model] is " +
-                             want.to_json() + ": resume it with the [model] it was trained with (its run's config.toml)");
-  const JsonValue meta = json_parse(metadata);
-  if (const JsonValue* seed = meta.find("seed"); seed && seed->text != std::to_string(ctx.cfg.run.seed))
-    throw std::runtime_error(ckpt + " was trained with [run] seed = " + seed->text + ", and this run's is " +
-                             std::to_string(ctx.cfg.run.seed) +
-                             ": the data order and the rest follow the seed, so resume it with the same seed");
-}
-
 // Keeps a resumed run's global batch: the checkpoint's micro-batches per step, shared by this
 // run's ranks (unless this command sets training.grad_accum itself). Returns a line for the log
 // when the number of ranks or grad_accum changed, "" otherwise.
@@ -240,7 +224,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   std::string superseded_note;  // records past the checkpoint moved out of metrics.jsonl
   if (resuming) {
     auto state = agreed.state ? std::move(*agreed.state) : read_named_checkpoint(ckpt);
-    check_resumable(state.metadata, *ctx, ckpt.string());
+    check_resumable(state.metadata, ctx->cfg, ctx->model, ckpt.string());
     model::restore_rng(state);  // dropout goes on with the masks it would have drawn (set_torch_globals seeded first)
     ctx->start = checkpoint_cursor(state.metadata, rank, world, ckpt.string());
     resplit = adapt_grad_accum(state.metadata, req, world, ctx->cfg, ckpt.string());
@@ -258,20 +242,13 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
   } else if (req.create_run_dir) {
     ctx->run_dir = ctx->cfg.run.dir.empty() ? fs::path("runs") / (ctx->cfg.run.name + "-" + timestamp())
                                             : fs::path(ctx->cfg.run.dir);
-    if (!latest_checkpoint(ctx->run_dir).empty())  // (temporaries a killed writer left do not count)
-      throw std::runtime_error(ctx->run_dir.string() +
-                               " already holds a run with checkpoints; continue it with --resume " +
-                               ctx->run_dir.string() + " (or --resume auto), or choose another [run] dir");
+    check_new_run_dir(ctx->run_dir, ctx->cfg.run.dir.empty(), /*probe=*/false);
   }
   const bool writer = ctx->writer();
   if (!ctx->run_dir.empty() && writer) {
     std::error_code ec;
     fs::create_directories(ctx->run_dir, ec);
-    if (ec)
-      throw std::runtime_error("cannot create the run directory " + ctx->run_dir.string() + ": " + ec.message() +
-                               (ctx->cfg.run.dir.empty() && req.resume.empty()
-                                    ? " (it is made under the current directory: choose another with --set run.dir=PATH)"
-                                    : ""));
+    if (ec) throw run_dir_error(ctx->run_dir, ec.message(), ctx->cfg.run.dir.empty() && req.resume.empty());
     // Two runs in one directory would rotate each other's checkpoints away and interleave their
     // logs (a job requeued while the old one still runs, the same --resume in two terminals).
     plan.run_dir_lock = std::make_unique<DirLock>(ctx->run_dir, "run directory");

@@ -1,5 +1,6 @@
-// The training stages as a graph sees them: name, doc, ports, options and rules, declared here
-// without their implementations (stages/<name>.cpp, which need LibTorch and register with
+// The training stages as a graph sees them: name, doc, ports, options, rules and dry runs
+// (stages/dry_run.h: what `pipeline check` opens of them), declared here without their
+// implementations (stages/<name>.cpp, which need LibTorch and register with
 // PIPELINE_STAGE_IMPL). `pipeline stages`, `check` and `graph` list and validate graphs of these
 // types from this file alone, without loading LibTorch; `pipeline run` links both halves.
 //
@@ -10,6 +11,7 @@
 
 #include "base/config.h"
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 
 namespace pipeline::stages {
 namespace {
@@ -41,7 +43,8 @@ PIPELINE_STAGE_DECLARE(read_shards, {.name = "read_shards",
                                                                      "this rank's lanes, 16384); within 1 KiB..1 MiB)",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
-                                     .max_workers = 1});
+                                     .max_workers = 1,
+                                     .dry_run = &dry_run_read_shards});
 
 PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                      .doc = "reads pre-tokenized ids from the token shards of a prepared dataset (replaces read_shards + tokenize)",
@@ -66,7 +69,8 @@ PIPELINE_STAGE_DECLARE(read_tokens, {.name = "read_tokens",
                                                                      "16384))",
                                                                      1, 1 << 26),
                                      .own_thread = true,  // reads and decompresses files: never on a TBB worker
-                                     .max_workers = 1});
+                                     .max_workers = 1,
+                                     .dry_run = &dry_run_read_tokens});
 
 PIPELINE_STAGE_DECLARE(synthetic, {.name = "synthetic",
                                    .doc = "random token batches of the configured shape (measures compute without the input side)",
@@ -89,12 +93,13 @@ PIPELINE_STAGE_DECLARE(pack, {.name = "pack",
                                      "tokens; written into a pool of host buffers (pinned on CUDA) that h2d copies as is",
                               .input = graph::port("tokens"),
                               .output = graph::port("batch"),
-                              .options = config::Schema().integer(
-                                  "buffers", 72,
+                              .options = config::Schema().integer_or_auto(
+                                  "buffers", std::string("auto"),
                                   "host buffers in the pool (pinned on CUDA): batches between pack and the end of their copy "
-                                  "to the device (on the CPU: until train has read them). The default covers a queue of 64 "
-                                  "after pack (the input side's capacity, and the least an auto capacity may grow to) and "
-                                  "the batches the stages after it hold: 72 x 32 KiB pinned at 16x1024",
+                                  "to the device (on the CPU: until train has read them). auto: 72, for a queue of 64 after "
+                                  "pack (the input side's capacity, and the least an auto capacity may grow to) and the "
+                                  "batches the stages after it hold (72 x 32 KiB pinned at 16x1024), and in the lanes order "
+                                  "also the batches one round of lane chunks completes at once (chunk tokens / T a lane)",
                                   2, 1024),
                               .ordered = true,
                               .max_workers = 1});
@@ -110,7 +115,8 @@ PIPELINE_STAGE_DECLARE(record_batches, {.name = "record_batches",
                                                                 "more), so it holds every input and target trained on "
                                                                 "(tools/parity_train.py replays a run from it)"),
                                         .ordered = true,
-                                        .max_workers = 1});
+                                        .max_workers = 1,
+                                        .dry_run = &dry_run_record_batches});
 
 // The device side.
 PIPELINE_STAGE_DECLARE(h2d, {.name = "h2d",
@@ -129,7 +135,8 @@ PIPELINE_STAGE_DECLARE(train, {.name = "train",
                                .own_thread = true,
                                .ordered = true,
                                .max_workers = 1,
-                               .on_stop = graph::OnStop::discard});
+                               .on_stop = graph::OnStop::discard,
+                                     .dry_run = &dry_run_train});
 
 // What train's step results feed.
 PIPELINE_STAGE_DECLARE(log, {.name = "log",
@@ -150,7 +157,8 @@ PIPELINE_STAGE_DECLARE(eval, {.name = "eval",
                                   "documents; needed when [data] dataset is Parquet (empty: [data] dataset)"),
                               .own_thread = true,
                               .ordered = true,
-                              .max_workers = 1});
+                              .max_workers = 1,
+                                     .dry_run = &dry_run_eval});
 
 PIPELINE_STAGE_DECLARE(checkpoint, {.name = "checkpoint",
                                     .doc = "writes train's snapshots atomically to RUN_DIR/checkpoints, keeping the newest [checkpoint] keep",

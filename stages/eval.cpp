@@ -20,15 +20,13 @@
 #include "base/nvtx.h"
 
 #include "datasets/eval/hellaswag.h"
-#include "datasets/sources/dataset_manifest.h"
-#include "datasets/parquet/parquet_reader.h"
-#include "datasets/sources/split_tokens.h"
 #include "base/json.h"
 #include "datasets/tokenizer/tokenizer.h"
 #include "graph/stage.h"
 #include "model/net/autocast.h"
 #include "model/eval/generate.h"
 #include "model/eval/hellaswag.h"
+#include "stages/dry_run.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
@@ -44,16 +42,16 @@ class Eval : public graph::Stage {
   explicit Eval(const graph::StageContext& ctx)
       : rc_(run_context(ctx)), active_(rc_.cfg.eval.on() && rc_.writer()) {
     if (!active_) return;  // data parallel: rank 0 evaluates, the others train only
-    const std::string& own = ctx.options.get_string("dataset");
-    if (rc_.cfg.eval.every > 0)
-      load_validation(own.empty() ? rc_.cfg.data.dataset : config::resolve_data_path(own, rc_.cfg.file, rc_.cfg.source_dir),
-                      !own.empty(), ctx.name);
-    // HellaSwag's items are read, tokenized and checked against the model's context now, while
-    // the graph is built: a bad file stops the run before it trains.
-    if (!rc_.cfg.eval.hellaswag.empty()) {
-      hellaswag_ = datasets::load_hellaswag(rc_.cfg.eval.hellaswag, rc_.cfg.eval.hellaswag_items);
-      datasets::check_hellaswag_fits(hellaswag_, rc_.model.block_size);
+    // The fixed validation set ([eval] batches of B×T, the first tokens of the split as training
+    // sees them) and HellaSwag's items, read, tokenized and checked now, while the graph is built:
+    // a bad file stops the run before it trains (stages/dry_run.h, which `pipeline check` runs too).
+    if (rc_.cfg.eval.every > 0) {
+      const auto ids = validation_tokens(rc_.cfg, ctx.options, ctx.name, rc_.cfg.eval.batches);
+      const int64_t B = rc_.cfg.training.batch_size, T = rc_.cfg.training.seq_len;
+      n_batches_ = std::min<int64_t>(rc_.cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
+      val_ = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);  // (N)
     }
+    hellaswag_ = evaluation_items(rc_.cfg, rc_.model);
     // Built here, while the graph is built, not in initialize(): module constructors draw from
     // the global CPU generator, and train draws its dropout masks from it once it runs.
     model_ = model::GPT(rc_.model, static_cast<uint64_t>(rc_.cfg.run.seed));
@@ -215,35 +213,6 @@ class Eval : public graph::Stage {
       if (c == '\n') out += "          ";
     }
     return out;
-  }
-
-  static constexpr const char* kTooSmall =
-      ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
-
-  // The fixed validation set: the first batches*B*T+1 tokens of the validation split of `source`
-  // ([data] dataset, or the stage's own `dataset`) as training sees them (datasets/sources/split_tokens.h);
-  // of a held-out Parquet source, its first documents.
-  void load_validation(const std::filesystem::path& source, bool own, const std::string& name) {
-    const auto& cfg = rc_.cfg;
-    const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
-    if (datasets::is_parquet_source(source)) {
-      if (!own)
-        throw std::runtime_error(source.string() + ": Parquet has no validation split: set [stages." + name +
-                                 "] dataset (a held-out Parquet file or directory, or a prepared dataset) or turn "
-                                 "evaluation off with [eval] every = 0");
-    } else if (auto manifest = datasets::load_dataset_manifest(source); !manifest.splits.count(cfg.data.val_split)) {
-      throw std::runtime_error(source.string() + ": no split '" + cfg.data.val_split +
-                               "' for evaluation ([data] val_split)");
-    } else if (manifest.items(cfg.data.val_split) == 0 && manifest.documents(cfg.data.val_split) == 0) {
-      throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split holds no data" + kTooSmall);
-    }
-    const auto ids = datasets::read_split_tokens(source, cfg.data.val_split, cfg.eval.batches * B * T + 1);
-    n_batches_ = std::min<int64_t>(cfg.eval.batches, (static_cast<int64_t>(ids.size()) - 1) / (B * T));
-    if (n_batches_ < 1)
-      throw std::runtime_error(source.string() + ": the '" + cfg.data.val_split + "' split has " +
-                               std::to_string(ids.size()) + " tokens, fewer than one evaluation batch (" +
-                               std::to_string(B * T + 1) + ")" + kTooSmall);
-    val_ = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kInt64);  // (N)
   }
 
   RunContext& rc_;

@@ -2,34 +2,20 @@
 #include "stages/lane_reading.h"
 
 #include <algorithm>
-#include <stdexcept>
+
+#include "stages/dry_run.h"
 
 namespace pipeline::stages {
 
-LaneReader::LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& sources, const LaneReadOptions& options,
-                       datasets::UnitContent content, const std::string& stage)
+LaneReader::LaneReader(RunContext& rc, datasets::SourceRequest source, const std::string& stage)
     : rc_(rc), session_(*rc.lanes) {
-  datasets::DataOrderOptions o;
-  o.lanes = session_.lanes;
-  o.seed = static_cast<uint64_t>(rc.cfg.run.seed);
-  o.shuffle = options.shuffle;
-  o.loop = rc.cfg.data.loop;
-  o.split = options.split;
-  o.column = options.column;
-  o.llmc_unit_tokens = options.llmc_unit_tokens;
-  order_ = datasets::open_data_order(sources, o);
-  if (order_.content != content) {
-    const bool text = content == datasets::UnitContent::documents;
-    throw std::invalid_argument("[stages." + stage + "]: " + sources.front().source + " holds " +
-                                (text ? "tokens" : "text") + ", and this stage reads " + (text ? "text" : "tokens") +
-                                (text ? " (tokens are read by a read_tokens stage, without tokenize)"
-                                      : " (text is read by read_shards, then tokenize)"));
-  }
+  source.lanes = session_.lanes;
+  order_ = std::move(*open_stage_source(source, stage).order);
   for (const auto& src : order_.sources)  // a source that reads slowly by lanes says so, and what to do
     if (const auto note = src.catalog->slow_reading_note(); !note.empty() && rc.writer()) rc.log->print(stage + ": " + note);
   if (session_.start.empty()) session_.start = datasets::start_cursors(order_, session_.mine);  // a fresh run
   session_.content = order_.content;
-  if (content == datasets::UnitContent::documents)
+  if (order_.content == datasets::UnitContent::documents)
     documents_.emplace(order_, session_.start);
   else
     tokens_.emplace(order_, session_.start);

@@ -5,9 +5,11 @@
 // reads documents (text shards, Parquet, mixes of them) and read_tokens tokens (token shards,
 // llm.c) through it; a chunk carries its lane and each piece's place in it, for pack.
 //
-// Opened when the stage is built, before the graph runs: a missing or bad dataset, too few units
-// for the lanes, or a checkpoint's cursors that are not this data's are errors before training.
-// A fresh run's start cursors are made here and handed to pack through the run's LaneSession.
+// Opened when the stage is built, before the graph runs, through the one place a source is opened
+// (stages/dry_run.h's open_stage_source, which `pipeline check` opens it with too): a missing or
+// bad dataset, data of the other kind, too few units for the lanes, or a checkpoint's cursors that
+// are not this data's are errors before training. A fresh run's start cursors are made here and
+// handed to pack through the run's LaneSession.
 #pragma once
 
 #include <cstddef>
@@ -19,23 +21,17 @@
 #include "datasets/lanes/data_order.h"
 #include "datasets/lanes/document_lanes.h"
 #include "datasets/lanes/token_lanes.h"
+#include "datasets/sources/open_source.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
 
-struct LaneReadOptions {
-  std::string split = "train";
-  std::string column = "text";  // Parquet
-  bool shuffle = true;          // units in an order drawn from the run's seed, a new one each epoch
-  uint64_t llmc_unit_tokens = 32768;  // llm.c shards: tokens a unit
-};
-
 class LaneReader {
  public:
-  /// `stage` names the read stage in errors. Throws (naming the source or stage) for data that is
-  /// not of the kind `content` asks for.
-  LaneReader(RunContext& rc, const std::vector<datasets::SourceSpec>& sources, const LaneReadOptions& options,
-             datasets::UnitContent content, const std::string& stage);
+  /// Reads `source` (stages/dry_run.h's source_request: text, or with source.tokens token ids) over
+  /// the run's lanes. `stage` names the read stage in errors. Throws (naming the source or stage)
+  /// for data that is not of the kind `source` asks for.
+  LaneReader(RunContext& rc, datasets::SourceRequest source, const std::string& stage);
 
   /// Whole documents of the neediest lane, at least one and about `bytes` of text; false once
   /// every lane has ended (only without [data] loop).

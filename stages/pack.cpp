@@ -21,11 +21,27 @@
 #include "datasets/lanes/row_hash.h"
 #include "graph/stage.h"
 #include "stages/batch_rows.h"
+#include "stages/lane_reading.h"
 #include "stages/pinned_pool.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
 namespace {
+
+// The pool's size when `buffers` is "auto": 72 (a queue of 64 after pack and the batches the
+// stages after it hold), and in the lanes order, beside them, the batches one round of lane chunks
+// completes at once: each of this rank's lanes arrives lane_chunk_tokens at a time, so a round
+// makes about chunk / T rows a lane (at small T, more than 72 batches: at 8x128 the quick start's
+// round is 128 of them, 256 KiB in all).
+int auto_buffers(const RunContext& rc) {
+  constexpr int64_t kQueueAndHeld = 72, kMost = 1024;
+  if (!rc.lanes) return static_cast<int>(kQueueAndHeld);
+  const auto& t = rc.cfg.training;
+  const auto rows_a_lane = (static_cast<int64_t>(lane_chunk_tokens(rc)) + t.seq_len - 1) / t.seq_len;
+  const auto lanes = static_cast<int64_t>(std::max<size_t>(1, rc.lanes->mine.size()));
+  const auto round = (rows_a_lane * lanes + t.batch_size - 1) / t.batch_size;
+  return static_cast<int>(std::min(kMost, kQueueAndHeld + round));
+}
 
 class Pack : public graph::Stage {
  public:
@@ -34,7 +50,8 @@ class Pack : public graph::Stage {
     T_ = rc_.cfg.training.seq_len;
     next_index_ = rc_.start_step * rc_.cfg.training.grad_accum;
     rows_ = rc_.lanes ? lane_batches(rc_) : window_rows(rc_);
-    pool_ = std::make_unique<WindowPool>(static_cast<int>(ctx.options.get_int("buffers")), B_, T_ + 1, rc_.device);
+    const auto buffers = ctx.options.get_int_or_auto("buffers");
+    pool_ = std::make_unique<WindowPool>(buffers ? static_cast<int>(*buffers) : auto_buffers(rc_), B_, T_ + 1, rc_.device);
   }
 
   std::shared_ptr<graph::ResourcePool> resource_pool() override { return pool_->gate(); }

@@ -13,36 +13,13 @@
 #include <algorithm>
 #include <optional>
 
-#include "datasets/sources/document_mix.h"
-#include "datasets/sources/dataset_reader.h"
-#include "datasets/parquet/parquet_reader.h"
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 #include "stages/lane_reading.h"
 #include "stages/types.h"
 
 namespace pipeline::stages {
 namespace {
-
-// "PATH=WEIGHT" (WEIGHT > 0; "PATH" alone weighs 1), PATH resolved like [data] dataset.
-datasets::MixSource parse_mix_entry(const std::string& entry, const RunContext& rc, const std::string& stage) {
-  datasets::MixSource src;
-  auto eq = entry.rfind('=');
-  std::string path = eq == std::string::npos ? entry : entry.substr(0, eq);
-  if (eq != std::string::npos) {
-    const std::string w = entry.substr(eq + 1);
-    size_t used = 0;
-    try {
-      src.weight = std::stod(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != w.size() || !(src.weight > 0))
-      throw std::invalid_argument("[stages." + stage + "] mix: \"" + entry +
-                                  "\": expected PATH=WEIGHT with a weight > 0, got weight '" + w + "'");
-  }
-  src.dir = config::resolve_data_path(path, rc.cfg.file, rc.cfg.source_dir);
-  return src;
-}
 
 // About one batch of text per chunk (GPT-2 BPE averages about 4 bytes per token on English),
 // so that pack usually makes zero or one batch per chunk; in the lanes order, about what one lane
@@ -59,47 +36,28 @@ class ReadShards : public graph::Stage {
     auto chunk = ctx.options.get_int_or_auto("chunk_bytes");
     chunk_bytes_ = chunk ? static_cast<size_t>(*chunk) : auto_chunk_bytes(rc_);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
-    auto [dir, split] = source_dataset(rc_, ctx.options);
-    const auto& mix = ctx.options.get_string_list("mix");
-    const std::string& column = ctx.options.get_string("column");
+    datasets::SourceRequest req = source_request(rc_.cfg, ctx.options, ctx.name, /*tokens=*/false);
     if (rc_.lanes) {
-      std::vector<datasets::SourceSpec> sources;
-      if (mix.empty()) sources.push_back({dir.string(), 1.0});
-      for (const auto& e : mix) {
-        const auto src = parse_mix_entry(e, rc_, ctx.name);
-        sources.push_back({src.dir.string(), src.weight});
-      }
-      lanes_.emplace(rc_, sources, LaneReadOptions{split, column, ctx.options.get_bool("shuffle")},
-                     datasets::UnitContent::documents, ctx.name);
+      lanes_.emplace(rc_, std::move(req), ctx.name);
       return;
     }
-    if (mix.empty()) {
+    req.options = reader_options(rc_);
+    if (req.mix.empty()) {
       if (rc_.start.pos.mixed)
         throw std::invalid_argument("the checkpoint's data position is a mix of datasets, but [stages." + ctx.name +
                                     "] mix is empty");
-      if (datasets::is_parquet_source(dir)) {
-        parquet_.emplace();
-        parquet_->open(dir, rc_.start.pos.pos, rc_.cfg.data.loop,
-                       {.column = column,
-                        .shuffle = ctx.options.get_bool("shuffle"),
-                        .seed = static_cast<uint64_t>(rc_.cfg.run.seed),
-                        .partition = data_partition(rc_)});
-        return;
-      }
-      reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
-      return;
+      req.start = rc_.start.pos.pos;
+    } else {
+      if (rc_.start.done && !rc_.start.pos.mixed)
+        throw std::invalid_argument("the checkpoint's data position is one dataset's, but [stages." + ctx.name +
+                                    "] mix names " + std::to_string(req.mix.size()) + " datasets");
+      if (rc_.start.pos.mixed && rc_.start.pos.mix.sources.size() != req.mix.size())
+        throw std::invalid_argument("the checkpoint's data position mixes " +
+                                    std::to_string(rc_.start.pos.mix.sources.size()) + " datasets, [stages." +
+                                    ctx.name + "] mix names " + std::to_string(req.mix.size()));
+      if (rc_.start.pos.mixed) req.mix_start = rc_.start.pos.mix;
     }
-    if (rc_.start.done && !rc_.start.pos.mixed)
-      throw std::invalid_argument("the checkpoint's data position is one dataset's, but [stages." + ctx.name +
-                                  "] mix names " + std::to_string(mix.size()) + " datasets");
-    std::vector<datasets::MixSource> sources;
-    for (const auto& e : mix) sources.push_back(parse_mix_entry(e, rc_, ctx.name));
-    datasets::MixPosition start = rc_.start.pos.mixed ? rc_.start.pos.mix : datasets::MixPosition{};
-    if (rc_.start.pos.mixed && start.sources.size() != sources.size())
-      throw std::invalid_argument("the checkpoint's data position mixes " + std::to_string(start.sources.size()) +
-                                  " datasets, [stages." + ctx.name + "] mix names " + std::to_string(sources.size()));
-    mixed_.emplace();
-    mixed_->open(sources, split, static_cast<uint64_t>(rc_.cfg.run.seed), start, reader_options(rc_), column);
+    source_ = open_stage_source(req, ctx.name);
   }
 
   bool produce(graph::Emitter& out) override {
@@ -118,15 +76,15 @@ class ReadShards : public graph::Stage {
     datasets::DocMark mark;
     while (chunk.text.size() < chunk_bytes_) {
       std::string_view doc;
-      if (mixed_) {
-        mixed_->next(doc_, nullptr, &mark);  // mixed sources loop: never runs dry
+      if (source_.mixed) {
+        source_.mixed->next(doc_, nullptr, &mark);  // mixed sources loop: never runs dry
         doc = doc_;
-      } else if (parquet_) {  // a view into the reader's decoded text: no copy on the way
-        if (!parquet_->next(doc, &mark)) {
+      } else if (source_.parquet) {  // a view into the reader's decoded text: no copy on the way
+        if (!source_.parquet->next(doc, &mark)) {
           more = false;
           break;
         }
-      } else if (reader_.next(doc_, &mark)) {
+      } else if (source_.text->next(doc_, &mark)) {
         doc = doc_;
       } else {
         more = false;
@@ -144,11 +102,11 @@ class ReadShards : public graph::Stage {
  private:
   SourcePosition position() const {
     SourcePosition p;
-    if (mixed_) {
+    if (source_.mixed) {
       p.mixed = true;
-      p.mix = mixed_->position();
+      p.mix = source_.mixed->position();
     } else {
-      p.pos = parquet_ ? parquet_->position() : reader_.position();
+      p.pos = source_.parquet ? source_.parquet->position() : source_.text->position();
     }
     return p;
   }
@@ -156,9 +114,7 @@ class ReadShards : public graph::Stage {
   RunContext& rc_;
   size_t chunk_bytes_;
   std::string doc_;
-  datasets::TextDatasetReader reader_;
-  std::optional<datasets::ParquetDocumentReader> parquet_;
-  std::optional<datasets::MixedDocumentReader> mixed_;
+  datasets::OpenedSource source_;  // the documents order: a text dataset's, Parquet's or a mix's reader
   std::optional<LaneReader> lanes_;  // the lanes order
 };
 

@@ -9,6 +9,7 @@
 
 #include "datasets/sources/dataset_reader.h"
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 #include "stages/lane_reading.h"
 #include "stages/types.h"
 
@@ -24,18 +25,16 @@ class ReadTokens : public graph::Stage {
          : rc_.lanes ? lane_chunk_tokens(rc_)
                      : static_cast<size_t>(rc_.cfg.training.batch_size * rc_.cfg.training.seq_len);
     // Opening here, at build time, makes a missing or corrupt dataset an error before training starts.
-    auto [dir, split] = source_dataset(rc_, ctx.options);
+    datasets::SourceRequest req = source_request(rc_.cfg, ctx.options, ctx.name, /*tokens=*/true);
     if (rc_.lanes) {
-      lanes_.emplace(rc_, std::vector<datasets::SourceSpec>{{dir.string(), 1.0}},
-                     LaneReadOptions{split, "text", ctx.options.get_bool("shuffle"),
-                                     static_cast<uint64_t>(ctx.options.get_int("llmc_unit_tokens"))},
-                     datasets::UnitContent::tokens,
-                     ctx.name);
+      lanes_.emplace(rc_, std::move(req), ctx.name);
       return;
     }
     if (rc_.start.pos.mixed)
       throw std::invalid_argument("the checkpoint's data position is a mix of datasets; read_tokens reads one");
-    reader_.open(dir, split, rc_.start.pos.pos, rc_.cfg.data.loop, reader_options(rc_));
+    req.start = rc_.start.pos.pos;
+    req.options = reader_options(rc_);
+    reader_ = std::move(*open_stage_source(req, ctx.name).tokens);
   }
 
   bool produce(graph::Emitter& out) override {

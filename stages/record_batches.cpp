@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "graph/stage.h"
+#include "stages/dry_run.h"
 #include "stages/ranks.h"
 #include "stages/types.h"
 
@@ -38,10 +39,7 @@ class RecordBatches : public graph::Stage {
     const int64_t batch_bytes = t.batch_size * t.seq_len * static_cast<int64_t>(sizeof(uint16_t));
     end_index_ = t.steps * t.grad_accum;
     last_target_ = ctx.options.get_bool("last_target");
-    if (last_target_ && rc_.cfg.data.order != "documents")
-      throw std::invalid_argument("[stages." + ctx.name + "] last_target = true records a token stream, which only [data] order = "
-                                  "\"documents\" trains on (its rows are cut from one window); this run's order is \"" +
-                                  rc_.cfg.data.order + "\"");
+    check_recording(rc_.cfg, ctx.options, ctx.name);
     // Keep what was trained before the checkpoint this run starts from; drop what came after it.
     const auto keep = static_cast<std::uintmax_t>(rc_.start_step * t.grad_accum * batch_bytes);
     std::error_code ec;

@@ -40,6 +40,7 @@
 #include "model/checkpoint/snapshot.h"
 #include "stages/ranks.h"
 #include "stages/pinned_pool.h"
+#include "stages/dry_run.h"
 #include "stages/types.h"
 
 #ifdef PIPELINE_HAVE_CUDA
@@ -94,23 +95,7 @@ class Train : public graph::Stage {
  public:
   explicit Train(const graph::StageContext& ctx)
       : rc_(run_context(ctx)), name_(ctx.name), watch_(rc_.cfg.training.guard, rc_.start_guard) {
-    const auto& t = rc_.cfg.training;
-    if (t.seq_len > rc_.model.block_size)
-      throw std::invalid_argument("[training] seq_len = " + std::to_string(t.seq_len) +
-                                  " exceeds the model's block_size " + std::to_string(rc_.model.block_size));
-    if (t.cuda_graph && !rc_.device.is_cuda())
-      throw std::invalid_argument("[training] cuda_graph = true needs CUDA, but the run is on " + rc_.device.str() +
-                                  " (set it to false, or [run] device = \"cuda\" on a machine with a GPU)");
-    if (t.cuda_graph && rc_.ranks)
-      throw std::invalid_argument("[training] cuda_graph = true is not supported with several ranks yet (the captured "
-                                  "step has no gradient all-reduce): set it to false under torchrun");
-    if (t.cuda_graph && t.recompute == "block" && rc_.model.dropout > 0)
-      throw std::invalid_argument("[training] recompute = \"block\" with [model] dropout > 0 cannot run as CUDA graphs (the "
-                                  "recomputation puts the generators' states back, which a captured graph cannot): set "
-                                  "cuda_graph = false, recompute = \"mlp\", or dropout = 0");
-    if (t.cuda_graph && !rc_.cfg.optimizer.fused)
-      throw std::invalid_argument("[training] cuda_graph = true needs [optimizer] fused = true (the captured step is "
-                                  "the fused AdamW)");
+    check_training(rc_.cfg, rc_.model, rc_.device.is_cuda(), rc_.ranks != nullptr);  // stages/dry_run.h
   }
 
   void initialize() override {

@@ -297,12 +297,6 @@ void RunLog::set_printer(std::function<void(const std::string&)> p) {
   printer_ = std::move(p);
 }
 
-std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options) {
-  const auto& dir = options.get_string("dataset");
-  const auto& split = options.get_string("split");
-  return {dir.empty() ? rc.cfg.data.dataset : std::filesystem::path(dir), split.empty() ? rc.cfg.data.train_split : split};
-}
-
 bool RunContext::writer() const { return !ranks || ranks->writer(); }
 
 datasets::Partition data_partition(const RunContext& rc) {

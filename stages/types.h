@@ -24,7 +24,6 @@
 #include <string_view>
 #include <vector>
 
-#include "datasets/lanes/lane_demand.h"
 #include "datasets/plan/lane_cursor.h"
 #include "datasets/plan/partition.h"
 #include "datasets/sources/dataset_mix.h"
@@ -36,6 +35,7 @@
 #include "model/device/device_event.h"
 #include "model/dist/dist_group.h"
 #include "model/net/gpt2.h"
+#include "stages/lane_session.h"
 #include "stages/settings.h"
 #include "stages/spike_watch.h"
 
@@ -265,22 +265,6 @@ class RunLog {
 
 class Ranks;  // stages/ranks.h
 
-/// The lanes order of a run ([data] order = "lanes", docs/data_order.md): what the run layer
-/// decided (K, the step's rows, this rank's lanes and where they start) and what the read stage
-/// and pack share: the demand board (which lane to read next), and, on a fresh run, the start
-/// cursors, which the read stage makes once it has opened the data (it knows its sources).
-struct LaneSession {
-  uint32_t lanes = 0;       // K
-  uint64_t step_rows = 0;   // N = B x grad_accum x W, the rows of one optimizer step
-  uint32_t rank = 0, world = 1;
-  std::vector<uint32_t> mine;  // this rank's lanes: lanes_of(rank, world, K)
-  /// Where `mine` start, in that order: a checkpoint's, or (a fresh run) empty until the read stage
-  /// fills it at its construction, before the graph runs.
-  std::vector<datasets::LaneCursor> start;
-  datasets::UnitContent content = datasets::UnitContent::documents;  // set with `start` by the read stage
-  std::shared_ptr<datasets::LaneDemand> demand;  // indexed like `mine`
-};
-
 /// Run-wide state shared by the stages of one training graph.
 struct RunContext {
   RunConfig cfg;
@@ -321,10 +305,6 @@ struct RunContext {
 datasets::Partition data_partition(const RunContext& rc);
 /// What a source stage passes to its dataset reader: data_partition.
 datasets::DatasetReaderOptions reader_options(const RunContext& rc);
-
-/// The dataset directory and split a source stage reads: its own `dataset`/`split` options
-/// when set, else [data] dataset and train_split.
-std::pair<std::filesystem::path, std::string> source_dataset(const RunContext& rc, const config::Section& options);
 
 /// The run context a training stage is built with: what the run hands the engine's stages
 /// (graph::EngineOptions::host holds a std::shared_ptr<RunContext>, and the engine keeps it alive

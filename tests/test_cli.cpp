@@ -351,7 +351,8 @@ TEST_CASE("a dataset whose validation split is empty: the error says how to get 
   INFO(p.out);
   REQUIRE(p.code == 0);
   auto r = sh("run " + kQuick + " --set model.preset=tiny --set training.seq_len=32 --set training.steps=2 " +
-              "--set run.dir=" + (dir / "r").string() + " --set data.dataset=\"" + (dir / "ds").string() + "\"");
+              "--set run.dir=" + (dir / "r").string() + " --set data.dataset=\"" + (dir / "ds").string() + "\"" +
+              " --set data.lanes=1");  // one block for training: one lane (with 8, read says so first)
   INFO(r.out);
   CHECK(r.code == 1);
   CHECK(contains(r.out, "stage 'eval': building: " + (dir / "ds").string() + ": the 'val' split holds no data: prepare "

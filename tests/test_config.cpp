@@ -188,6 +188,49 @@ TEST_CASE("nested sections are listed in file order, --set ones last") {
   CHECK(doc.section_line("stages.alpha") == 3);
 }
 
+TEST_CASE("--set TABLE= removes a table; errors about a --set value name the --set") {
+  const std::string text = "[stages.read]\ntype=\"a\"\n[stages.tokenize]\ntype=\"b\"\nworkers=2\n[model]\nn_layer=3\n";
+  // A stage leaves the graph, with every earlier --set into it; a later --set makes it again.
+  auto doc = Document::parse(text, "r.toml", {"stages.tokenize.workers=4", "stages.tokenize="});
+  CHECK(doc.subsections("stages") == std::vector<std::string>{"read"});
+  CHECK_FALSE(doc.has_section("stages.tokenize"));
+  CHECK(doc.removed() == std::vector<std::string>{"stages.tokenize="});
+  auto again = Document::parse(text, "r.toml", {"stages.tokenize=", "stages.tokenize.type=c"});
+  CHECK(again.subsections("stages") == std::vector<std::string>{"read", "tokenize"});
+  CHECK(again.peek("stages.tokenize", "type") == Value{std::string("c")});
+  CHECK_FALSE(again.peek("stages.tokenize", "workers"));
+  // A section of the run goes back to its defaults.
+  CHECK(Document::parse(text, "r.toml", {"model="}).resolve("model", model_schema()).get_int("n_layer") == 2);
+  // A key set to nothing is still a key (an empty string), not a removal.
+  Schema run("run");
+  run.string("dir", "runs/x", "the run directory");
+  auto empty = Document::parse("[run]\ndir = \"a\"\n", "r.toml", {"run.dir="}).resolve("run", run);
+  CHECK(empty.get_string("dir").empty());
+  CHECK(empty.where("dir").str() == "--set run.dir=");
+  // Nothing to remove, or a key of a section that only holds tables: named, never ignored.
+  auto nothing = Document::parse(text, "r.toml", {"stages.nope="});
+  nothing.mark_known("stages");
+  nothing.mark_known("model");
+  auto msg = error_of([&] { nothing.check_all_used(); });
+  CHECK(contains(msg, "--set stages.nope=: there is no table [stages.nope] to remove"));
+  CHECK(contains(msg, "its tables: stages.read, stages.tokenize"));
+  auto key = Document::parse(text, "r.toml", {"stages.workers=3"});
+  key.mark_known("stages");
+  key.mark_known("model");
+  CHECK(contains(error_of([&] { key.check_all_used(); }), "[stages] holds tables, not keys"));
+  // `--set key value` splits a --set in two: the first half has no '='.
+  CHECK(contains(error_of([] { Document::parse("", "o.toml", {"training.steps"}); }),
+                 "--set training.steps: expected section.key=value (no '=' in it"));
+
+  // A check made after resolve (Section::error) names the --set that gave the value, as the
+  // type and range checks do.
+  auto sec = Document::parse(text, "r.toml", {"model.dropout=0.5"}).resolve("model", model_schema());
+  CHECK(std::string(sec.error("dropout", "too much").what()) == "--set model.dropout=0.5: [model] dropout: too much");
+  CHECK(std::string(sec.error("n_layer", "odd").what()) == "r.toml:7: [model] n_layer: odd");
+  auto range = error_of([] { Document::parse("", "o.toml", {"model.n_layer=1000"}).resolve("model", model_schema()); });
+  CHECK(contains(range, "--set model.n_layer=1000: [model] n_layer: expected a value in"));
+}
+
 TEST_CASE("print_table shows every key, its value and origin") {
   auto doc = Document::parse("[model]\nn_layer = 4\n", "p.toml", {"model.bias=false"});
   std::ostringstream os;

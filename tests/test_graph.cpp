@@ -21,6 +21,7 @@
 #include "base/json.h"
 #include "graph/observe/live_view.h"
 #include "graph/stage.h"
+#include "test_util.h"
 
 using namespace pipeline;
 using namespace pipeline::graph;
@@ -458,6 +459,89 @@ TEST_CASE("graph build errors name the stages and keys") {
   CHECK(e.dot().find("spin  x3") != std::string::npos);
   with_timeout([&] { e.run(); });
   CHECK(e.snapshot().stage("out")->items_in == 20);
+}
+
+TEST_CASE("an error about a stage's key names the line or the --set that gave it") {
+  const std::string text = "[stages.src]\ntype = \"test_source\"\n[stages.d]\ntype = \"delay\"\ninput = \"src\"\n"
+                           "[stages.k]\ntype = \"test_collect\"\ninput = \"d\"\n";
+  auto error_with = [&](std::vector<std::string> sets) {
+    return test_util::error_of([&] { validate(GraphSpec::from_config(config::Document::parse(text, "t.toml", sets))); });
+  };
+  CHECK(error_with({"stages.k.input=nope"}).find("--set stages.k.input=nope: [stages.k] input: no stage named 'nope'") == 0);
+  CHECK(error_with({"stages.k.workers=0"}).find("--set stages.k.workers=0: [stages.k] workers:") == 0);
+  // A stage whose input no longer fits, after a --set changed its producer's type, says which
+  // --set did, and how a stage leaves the graph.
+  const std::string port = error_with({"stages.d.type=test_tracked_source", "stages.d.input=[]"});
+  INFO(port);
+  CHECK(port.find("t.toml:8: [stages.k] input: stage 'k' (type test_collect)") == 0);
+  CHECK(port.find("(d's type from --set stages.d.type=test_tracked_source)") != std::string::npos);
+  CHECK(port.find("leaves the graph with --set stages.k=") != std::string::npos);
+}
+
+TEST_CASE("the graph drawn as text: chains go down, a stage with several outputs branches") {
+  auto doc = config::Document::parse(
+      "[stages.src]\ntype = \"test_source\"\n"
+      "[stages.work]\ntype = \"delay\"\ninput = \"src\"\nworkers = 2\ncapacity = 4\n"
+      "[stages.out]\ntype = \"test_sink\"\ninput = \"work\"\ncapacity = 16\n"
+      "[stages.tail]\ntype = \"test_ordered_sink\"\ninput = \"work\"\n"
+      "[stages.both]\ntype = \"test_sink\"\ninput = [\"work\", \"src\"]\nworkers = \"auto\"\n",
+      "t.toml");
+  CHECK(to_text(GraphSpec::from_config(doc)) ==
+        "src (test_source ×1, source)\n"
+        "  │ int\n"
+        "  ├── cap 4 ──▶ work (below)\n"
+        "  └── cap 8 ──▶ both (below)\n"
+        "work (delay ×2)  input: src\n"
+        "  │ int\n"
+        "  ├── cap 16 ──▶ out (test_sink ×1, sink)\n"
+        "  ├── cap 8 ───▶ tail (test_ordered_sink ×1, ordered input, sink)\n"
+        "  └── cap 8 ───▶ both (below)\n"
+        "both (test_sink ×auto, sink)  input: work, src\n");
+  // A chain, each stage below the one that feeds it.
+  GraphSpec chain;
+  chain.add("src", "test_source");
+  chain.add("sink", "test_sink", {"src"}, 1, 3);
+  CHECK(to_text(chain) == "src (test_source ×1, source)\n  │ int, cap 3\n  ▼\nsink (test_sink ×1, sink)\n");
+}
+
+namespace {
+
+// A source whose dry run checks what its factory would open: the option `fail`, and the host.
+std::atomic<int> g_dry_built{0}, g_dry_runs{0};
+struct DrySource : Stage {
+  explicit DrySource(const StageContext&) { g_dry_built.fetch_add(1); }
+};
+PIPELINE_STAGE(test_dry_source, {.name = "test_dry_source",
+                                 .doc = "a source with a dry run (tests)",
+                                 .input = no_port(),
+                                 .output = port<int64_t>("int"),
+                                 .options = config::Schema().boolean("fail", false, "the dry run fails"),
+                                 .factory = make_factory<DrySource>(),
+                                 .dry_run = [](const StageContext& ctx) {
+                                   g_dry_runs.fetch_add(1);
+                                   if (!std::any_cast<int>(&ctx.host)) throw std::logic_error("no host");
+                                   if (ctx.options.get_bool("fail")) throw std::runtime_error("cannot open it");
+                                 }});
+
+}  // namespace
+
+TEST_CASE("a dry run makes each stage's dry run with the host, and builds none") {
+  GraphSpec g;
+  g.add("src", "test_dry_source");
+  g.add("sink", "test_sink", {"src"});
+  dry_run(g, std::any(7));
+  CHECK(g_dry_runs.load() == 1);
+  CHECK(g_dry_built.load() == 0);
+  GraphSpec bad;
+  bad.add("src", "test_dry_source").set("fail", true);
+  bad.add("sink", "test_sink", {"src"});
+  CHECK_THROWS_WITH_AS(dry_run(bad, std::any(7)), "stage 'src': building: cannot open it", StageError);
+  // The graph is checked first, as validate() does.
+  GraphSpec wrong;
+  wrong.add("src", "test_dry_source");
+  wrong.add("sink", "test_sink", {"nope"});
+  CHECK_THROWS_AS(dry_run(wrong, std::any(7)), config::ConfigError);
+  CHECK(g_dry_runs.load() == 2);
 }
 
 namespace {

@@ -430,6 +430,27 @@ TEST_CASE("bad requests get clean errors and never stop the run") {
   CHECK(g.server.requests() > 20);
 }
 
+TEST_CASE("a request without a body that is not GET or HEAD is refused at once") {
+  // No Content-Length and not chunked: no body (RFC 9112, 6.3). The client keeps its side open,
+  // as curl -X POST does, so the answer must not wait for the end of a body or the read timeout.
+  LiveServerOptions so;
+  so.request_timeout_ms = 10000;
+  LiveGraph g(so);
+  const int port = g.server.port();
+  for (const char* method : {"POST", "PUT", "PATCH", "DELETE"}) {
+    INFO(method);
+    const auto t0 = Clock::now();
+    Response r = request(port, std::string(method) + " /api/snapshot HTTP/1.1\r\nHost: x\r\n\r\n", 30s);
+    const auto waited = Clock::now() - t0;
+    CHECK(r.status == 405);
+    CHECK(contains(r.head, "Allow: GET, HEAD"));
+    CHECK(waited < 5s);  // the read timeout is 10 s
+  }
+  // With a body, the body is read first (within payload_max_length), then refused the same way.
+  CHECK(request(port, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc", 30s).status == 405);
+  CHECK(get(port, "/metrics").status == 200);
+}
+
 TEST_CASE("a port in use is a clear error, before anything runs") {
   LiveServer first(LiveServerOptions{});
   LiveServerOptions so;

@@ -23,6 +23,24 @@ const std::string& option_value(const std::vector<std::string>& args, size_t& i,
   return args[++i];
 }
 
+std::optional<std::string> set_argument(const std::vector<std::string>& args, size_t& i, const std::string& command) {
+  std::string arg;
+  if (args[i] == "--set")
+    arg = option_value(args, i, command);
+  else if (args[i].rfind("--set=", 0) == 0)
+    arg = args[i].substr(6);
+  else
+    return std::nullopt;
+  if (arg.find('=') == std::string::npos) {
+    // `--set training.steps 3`, as torchtitan's `--training.steps 3` is written: the value is the
+    // next argument, which would otherwise be taken for a second config file.
+    const bool next_is_value = i + 1 < args.size() && !args[i + 1].starts_with("-");
+    throw std::invalid_argument("--set " + arg + ": expected section.key=value, with '=' and no space" +
+                                (next_is_value ? " (write --set " + arg + "=" + args[i + 1] + ")" : std::string()));
+  }
+  return arg;
+}
+
 int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   size_t used = 0;
   long long x = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,11 @@ int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int
 /// The value that follows the option args[i] (i moves onto it); std::invalid_argument
 /// "OPTION needs a value (see pipeline COMMAND --help)" when args ends there.
 const std::string& option_value(const std::vector<std::string>& args, size_t& i, const std::string& command);
+
+/// The argument of `--set ARG` or `--set=ARG` at args[i] (i moves past what it used), or nullopt when
+/// args[i] is neither. ARG must hold '=' (section.key=value, or TABLE= that removes a table):
+/// `--set training.steps 3` is std::invalid_argument that says to write training.steps=3.
+std::optional<std::string> set_argument(const std::vector<std::string>& args, size_t& i, const std::string& command);
 
 /// Runs a command: its usage for --help, else its function, with an exception turned into
 /// "pipeline NAME: error: ..." on stderr and exit code 1.

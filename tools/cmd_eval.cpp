@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <span>
 #include <string>
@@ -114,9 +115,21 @@ std::pair<double, int64_t> validation_loss(model::GPT& gpt, const EvalArgs& e, i
 
 int eval_main(const std::vector<std::string>& args) {
   const EvalArgs e = parse(args);
-  // Read (and check) the items before the model: a bad file fails at once.
+  // Read (and check) the items before the model: a bad file fails at once. So does a predictions
+  // path that cannot be written: its file is opened now (a temporary beside it, renamed over it
+  // once every item is scored), not after the whole evaluation.
   datasets::HellaSwagSet items;
   if (!e.hellaswag.empty()) items = datasets::load_hellaswag(e.hellaswag, e.items);
+  std::optional<AtomicFile> predictions;
+  if (!e.predictions.empty()) {
+    if (fs::is_directory(e.predictions))
+      throw std::invalid_argument("--predictions " + e.predictions.string() + ": a directory; give the file to write");
+    try {
+      predictions.emplace(e.predictions);
+    } catch (const FileWriteError& err) {
+      throw std::runtime_error(std::string("--predictions: ") + err.what());
+    }
+  }
 
   if (e.threads > 0) at::set_num_threads(static_cast<int>(e.threads));
   const torch::Device device = e.device == "cuda" || (e.device == "auto" && torch::cuda::is_available())
@@ -142,10 +155,11 @@ int eval_main(const std::vector<std::string>& args) {
     std::fflush(stdout);
     std::fprintf(stderr, "eval: %lld HellaSwag items of %s in %.2f s\n", static_cast<long long>(r.n),
                  e.hellaswag.c_str(), seconds_since(t1));
-    if (!e.predictions.empty()) {
+    if (predictions) {
       std::string text;
       for (int8_t p : r.predictions) text += std::to_string(p) + "\n";
-      write_file_atomic(e.predictions, text);
+      predictions->write(text);
+      predictions->commit();
     }
   }
   if (!e.val.empty()) {

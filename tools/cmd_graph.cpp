@@ -1,9 +1,11 @@
 // `pipeline graph CONFIG`: validates the [stages.*] sections of a config and prints the graph
-// as Graphviz DOT; with --out FILE it writes FILE and, when `dot` is installed, FILE.svg.
+// as Graphviz DOT; with --out FILE it writes FILE and, when `dot` is installed, FILE.svg; with
+// --text it draws the graph as text.
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,38 +16,38 @@
 
 namespace {
 
+constexpr const char* kGraphUsage =
+    "pipeline graph CONFIG [--set section.key=value]... [--out FILE.dot | --text]";
+
 int graph_main(const std::vector<std::string>& args) {
   std::string config_name, out;
   std::vector<std::string> overrides;
+  bool text = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if ((a == "--set" || a == "--out") && i + 1 >= args.size()) {
-      std::cerr << "pipeline graph: " << a << " needs a value\n";
-      return 2;
-    }
-    if (a == "--set")
-      overrides.push_back(args[++i]);
-    else if (a.rfind("--set=", 0) == 0)
-      overrides.push_back(a.substr(6));
+    if (auto set = pipeline::cli::set_argument(args, i, "graph"))
+      overrides.push_back(*set);
     else if (a == "--out")
-      out = args[++i];
-    else if (a.rfind("--", 0) == 0) {
-      std::cerr << "pipeline graph: unknown option " << a << "\n";
-      return 2;
-    } else if (config_name.empty())
+      out = pipeline::cli::option_value(args, i, "graph");
+    else if (a == "--text")
+      text = true;
+    else if (a.rfind("--", 0) == 0)
+      throw std::invalid_argument("unknown option " + a + " (see pipeline graph --help)");
+    else if (config_name.empty())
       config_name = a;
-    else {
-      std::cerr << "pipeline graph: unexpected argument " << a << "\n";
-      return 2;
-    }
+    else
+      throw std::invalid_argument("one config file expected, got a second: " + a);
   }
-  if (config_name.empty()) {
-    std::cerr << "usage: pipeline graph CONFIG [--set section.key=value]... [--out FILE.dot]\n";
-    return 2;
-  }
+  if (config_name.empty()) throw std::invalid_argument("no config given (" + std::string(kGraphUsage) + ")");
   auto path = pipeline::config::find_config(config_name, PIPELINE_SOURCE_DIR);
   auto doc = pipeline::config::Document::load(path, overrides);
-  std::string dot = pipeline::graph::to_dot(pipeline::graph::GraphSpec::from_config(doc));
+  const auto spec = pipeline::graph::GraphSpec::from_config(doc);
+  if (text) {
+    if (!out.empty()) throw std::invalid_argument("--text prints the graph; --out writes DOT: give one of them");
+    std::cout << pipeline::graph::to_text(spec);
+    return 0;
+  }
+  std::string dot = pipeline::graph::to_dot(spec);
   if (out.empty()) {
     std::cout << dot;
     return 0;
@@ -62,10 +64,12 @@ int graph_main(const std::vector<std::string>& args) {
   return 0;
 }
 
-PIPELINE_COMMAND({"graph", "print a pipeline config's stage graph as Graphviz DOT",
-                  "usage: pipeline graph CONFIG [--set section.key=value]... [--out FILE.dot]\n"
+PIPELINE_COMMAND({"graph", "print a pipeline config's stage graph as Graphviz DOT, or as text",
+                  std::string("usage: ") + kGraphUsage + "\n"
                   "Validates the [stages.*] sections (types, inputs, port types, cycles, options) and\n"
-                  "prints DOT; --out writes it to FILE.dot and renders FILE.svg when `dot` is installed.",
+                  "prints DOT; --out writes it to FILE.dot and renders FILE.svg when `dot` is installed;\n"
+                  "--text draws it as text, a stage a line: its type and workers, and each edge's port and\n"
+                  "capacity.",
                   &graph_main});
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <optional>
 #include <unistd.h>
 
@@ -41,7 +42,8 @@ int64_t checkpoint_step(const std::string& path) {
 }
 
 // Removes a run directory this command created if nothing was written into it but the
-// resolved config, an empty metrics.jsonl and an empty run.log.
+// resolved config, an empty metrics.jsonl and run.log (which holds the settings table by then:
+// the run never started, and the error goes to stderr).
 void remove_unused_run_dir(const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -49,22 +51,37 @@ void remove_unused_run_dir(const std::filesystem::path& dir) {
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     auto name = e.path().filename().string();
     if (name == "config.toml" || name == ".lock" ||  // (base/dir_lock.h: this process's)
-        ((name == "metrics.jsonl" || name == "run.log") && fs::file_size(e.path(), ec) == 0))
+        name == "run.log" || (name == "metrics.jsonl" && fs::file_size(e.path(), ec) == 0))
       continue;
     return;  // something else is there: keep it
   }
   fs::remove_all(dir, ec);
 }
 
+// Prints lines (a table, the verdict) as they were written, on stdout and into run.log.
+void print_block(stages::RunLog& log, const std::string& text) {
+  log.print(text.ends_with('\n') ? text.substr(0, text.size() - 1) : text);
+}
+
 void print_settings(const stages::RunPlan& plan) {
   const auto& ctx = *plan.ctx;
-  print_run_header(std::cout, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections());
+  std::ostringstream os;
+  print_run_header(os, plan.config_path, ctx.device.str(), ctx.run_dir, ctx.model, plan.sections(), plan.doc.removed());
   if (plan.dp)
-    std::cout << "data parallel: " << plan.dp->size() << " ranks, " << dist::backend_name(plan.dp->backend())
-              << "; rank r reads documents d with d % " << plan.dp->size() << " == r\n";
+    os << "data parallel: " << plan.dp->size() << " ranks, " << dist::backend_name(plan.dp->backend())
+       << "; rank r reads documents d with d % " << plan.dp->size() << " == r\n";
   if (ctx.start_step > 0)
-    std::cout << "resuming from " << ctx.resume_from.string() << " at step " << ctx.start_step << ", data "
-              << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
+    os << "resuming from " << ctx.resume_from.string() << " at step " << ctx.start_step << ", data "
+       << ctx.start.pos.str() << " +" << ctx.start.skip << " tokens\n";
+  print_block(*ctx.log, os.str());
+}
+
+// The final tables and the verdict, after a blank line.
+void print_final_summary(stages::RunLog& log, const graph::Snapshot& snap, const graph::Verdict& verdict) {
+  std::ostringstream os;
+  os << "\n";
+  graph::print_summary(os, stages::rank_rows(snap), verdict);
+  print_block(log, os.str());
 }
 
 // How to continue this run: with several ranks, torchrun (or srun) with the same number of them.
@@ -103,6 +120,16 @@ int run_main(const std::vector<std::string>& args) {
   auto plan = stages::plan_run(req);
   auto& ctx = *plan.ctx;
   if (ctx.writer()) print_settings(plan);
+  // A resumed run that has reached its steps trains nothing: complete is exit 0 (a scheduler that
+  // starts a finished job again is done), past them an error (runner/run_resolve.h).
+  if (const auto none = stages::nothing_to_train(ctx.cfg, ctx.start_step, ctx.resume_from.string(), ctx.run_dir)) {
+    if (none->past) {
+      ctx.log->error("pipeline run: error: " + none->message);
+      return 1;
+    }
+    ctx.log->print(none->message);
+    return 0;
+  }
   if (ctx.cfg.run.threads > 0) at::set_num_threads(static_cast<int>(ctx.cfg.run.threads));
 
   graph::EngineOptions opts = stages::engine_options(ctx);
@@ -120,7 +147,7 @@ int run_main(const std::vector<std::string>& args) {
   }
   // A stage that cannot be built (a missing dataset, say) leaves no run directory behind: the
   // structure of the graph was checked before it was made (plan_run), and what the directory
-  // holds so far (config.toml, an empty metrics.jsonl and run.log) is removed again.
+  // holds so far (config.toml, an empty metrics.jsonl, run.log with the settings) is removed again.
   std::unique_ptr<graph::Engine> engine_ptr;
   try {
     engine_ptr = std::make_unique<graph::Engine>(plan.spec, opts);
@@ -193,10 +220,8 @@ int run_main(const std::vector<std::string>& args) {
       // rank that is gone. Rank 0 shows what it has of every rank's statistics first.
       if (ctx.writer()) {
         auto merged = rank->merged_now(snap);
-        std::cout << "\n";
-        graph::print_summary(std::cout, stages::rank_rows(merged), stages::analyze_ranks(merged));
+        print_final_summary(*ctx.log, merged, stages::analyze_ranks(merged));
       }
-      std::cout.flush();
       ctx.log->error("pipeline run" + who + ": error: " + failure);
       const std::string last = last_checkpoint(ctx);
       if (!last.empty()) ctx.log->error("last checkpoint: " + last + " (continue with: " + resume_command(plan) + ")");
@@ -215,9 +240,7 @@ int run_main(const std::vector<std::string>& args) {
   auto verdict = stages::analyze_ranks(snap);
   if (rank && !ctx.run_dir.empty())  // the run's summary holds every rank's stages, and their verdict
     write_file_atomic(ctx.run_dir / "stats_summary.json", graph::to_json(snap, &verdict) + "\n");
-  std::cout << "\n";
-  graph::print_summary(std::cout, stages::rank_rows(snap), verdict);
-  std::cout.flush();
+  print_final_summary(*ctx.log, snap, verdict);
 
   // What the run ends with goes to run.log too: the resume command survives a terminal or a pipe
   // that is gone.

@@ -9,7 +9,8 @@
 #
 # The programs:
 #   before   BEFORE_BUILD's tools (an older tree's build, e.g. a worktree of the commit before the
-#            change, built with tools/setup.sh --no-run); left out when BEFORE_BUILD is unset
+#            change, built with tools/setup.sh --no-run), run in that tree (BEFORE_ROOT, default
+#            BEFORE_BUILD/..) on its own configs and bundled data; left out when BEFORE_BUILD is unset
 #   glibc    this build with PIPELINE_CPU_ALLOC=glibc (LibTorch's allocator: the tax paid)
 #   cache    this build as it runs by default (model/device/cpu_block_cache.h)
 # The workloads: the quick start (STEPS steps, default 30, no evaluation), bench_model --preset
@@ -27,11 +28,16 @@ command -v /usr/bin/time >/dev/null || { echo "compare_cpu_tax: needs /usr/bin/t
 programs=(glibc cache)
 [[ -n ${BEFORE_BUILD:-} ]] && programs=(before "${programs[@]}")
 bin_of() { [[ $1 == before ]] && echo "$BEFORE_BUILD/tools" || echo "$BUILD/tools"; }
+root_of() { [[ $1 == before ]] && echo "${BEFORE_ROOT:-$BEFORE_BUILD/..}" || echo "$ROOT"; }
+model_of() { [[ $1 == before ]] && echo "$TMP/model.before" || echo "$TMP/model"; }
 env_of() { [[ $1 == glibc ]] && echo "PIPELINE_CPU_ALLOC=glibc" || echo "PIPELINE_CPU_ALLOC=cache"; }
 
-# A checkpoint for eval --val.
-(cd "$ROOT" && "$BUILD/tools/pipeline" run quickstart.toml --set training.steps=10 --set eval.every=0 \
-  --set logging.live=off --set run.dir="$TMP/model") >/dev/null 2>&1
+# A checkpoint for eval --val, trained by each tree's own build (a checkpoint's format may differ).
+for p in "${programs[@]}"; do
+  [[ $p == glibc ]] && continue
+  (cd "$(root_of "$p")" && "$(bin_of "$p")/pipeline" run quickstart.toml --set training.steps=10 --set eval.every=0 \
+    --set logging.live=off --set run.dir="$(model_of "$p")") >/dev/null 2>&1
+done
 
 # run PROGRAM WORKLOAD ROUND: one measured run; prints "ms_per_step user sys faults rss_mb".
 run() {
@@ -39,7 +45,7 @@ run() {
   bin=$(bin_of "$p") out="$TMP/$p.$w.$r"
   case $w in
     quickstart)
-      (cd "$ROOT" && env "$(env_of "$p")" /usr/bin/time -f '%U %S %R %M' -o "$out.time" "$bin/pipeline" run quickstart.toml \
+      (cd "$(root_of "$p")" && env "$(env_of "$p")" /usr/bin/time -f '%U %S %R %M' -o "$out.time" "$bin/pipeline" run quickstart.toml \
         --set training.steps="$STEPS" --set eval.every=0 --set checkpoint.at_end=false --set logging.live=off \
         --set run.dir="$out.run") >"$out.log" 2>&1
       ms=$(tail -1 "$out.run/metrics.jsonl" | sed 's/.*"ms_per_step":\([0-9.]*\).*/\1/') ;;
@@ -50,7 +56,7 @@ run() {
     eval_val)
       local t0 t1
       t0=$(date +%s.%N)
-      (cd "$ROOT" && env "$(env_of "$p")" /usr/bin/time -f '%U %S %R %M' -o "$out.time" "$bin/pipeline" eval "$TMP/model" \
+      (cd "$(root_of "$p")" && env "$(env_of "$p")" /usr/bin/time -f '%U %S %R %M' -o "$out.time" "$bin/pipeline" eval "$(model_of "$p")" \
         --val datasets/data/tinyshakespeare/text --seq-len 128 --batch-size 8) >"$out.log" 2>&1
       t1=$(date +%s.%N)
       ms=$(echo "($t1 - $t0) * 1000" | bc -l) ;;

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "cli.h"
 #include "graph/observe/listen_address.h"
 #include "model/device/cpu_advice.h"
 
@@ -18,8 +19,8 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
       if (i + 1 >= args.size()) throw std::invalid_argument(flag + " needs a value (see pipeline " + cmd + " --help)");
       return args[++i];
     };
-    if (s == "--set" || s.rfind("--set=", 0) == 0)
-      req.overrides.push_back(value("--set"));
+    if (auto set = set_argument(args, i, cmd))
+      req.overrides.push_back(*set);
     else if (s == "--resume" || s.rfind("--resume=", 0) == 0) {
       // "auto" is the keyword; a run directory of that name is ./auto.
       const std::string v = value("--resume");
@@ -51,13 +52,14 @@ stages::RunRequest parse_run_request(const std::vector<std::string>& args, const
 
 void print_run_header(std::ostream& os, const std::filesystem::path& config_path, const std::string& device,
                       const std::filesystem::path& run_dir, const model::GPTConfig& model,
-                      const std::vector<config::Section>& sections) {
+                      const std::vector<config::Section>& sections, const std::vector<std::string>& removed) {
   os << "pipeline " PIPELINE_VERSION " | config " << config_path.string() << " | device " << device;
   if (!run_dir.empty()) os << " | run dir " << run_dir.string();
   os << "\nmodel: " << model.n_layer << " layers, " << model.n_head << " heads, width " << model.n_embd << ", context "
      << model.block_size << ", vocab " << model.vocab_size << " (padded " << model.padded_vocab_size << "), "
      << model.num_parameters() << " parameters\n";
   config::print_table(os, sections);
+  for (const auto& r : removed) os << "removed: [" << r.substr(0, r.size() - 1) << "] (--set " << r << ")\n";
   if (device == "cpu" && model::large_for_cpu(model)) os << model::cpu_warning(model) << "\n";
 }
 

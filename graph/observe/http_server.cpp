@@ -232,6 +232,17 @@ LiveServer::LiveServer(LiveServerOptions opts) : opts_(std::move(opts)) {
     res.set_header("Allow", "GET, HEAD");
     reply(res, 405, "405: this server is read-only (GET and HEAD)\n", "text/plain; charset=utf-8");
   };
+  // A request that declares no body (no Content-Length, not chunked) has none (RFC 9112, 6.3),
+  // but httplib reads a POST's, PUT's, PATCH's or DELETE's until the client closes or the read
+  // times out: such a request is answered before that, at once. One that sends a body (at most
+  // payload_max_length) is read whole, then refused by the handlers below.
+  svr.set_pre_routing_handler([refuse](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD" || req.has_header("Content-Length") ||
+        req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    refuse(req, res);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   svr.Post(".*", refuse);
   svr.Put(".*", refuse);
   svr.Patch(".*", refuse);

@@ -3,10 +3,13 @@
 
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <initializer_list>
 #include <sstream>
 #include <stdexcept>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "base/json.h"
 
@@ -92,6 +95,43 @@ GPTConfig read_hf_config(const fs::path& dir) {
     throw std::runtime_error(file.string() + ": " + e.what());
   }
   return cfg;
+}
+
+HfWeightFiles::HfWeightFiles(const fs::path& dir) {
+  const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
+  std::vector<fs::path> files;
+  if (fs::exists(single)) {
+    files.push_back(single);
+  } else if (fs::exists(index)) {
+    JsonValue root;
+    try {
+      root = json_parse(read_text(index));
+    } catch (const JsonParseError& e) {
+      throw std::runtime_error(index.string() + ": not valid JSON at " + e.what());
+    }
+    const JsonValue* map = root.find("weight_map");
+    if (!map || map->type != JsonValue::Type::object)
+      throw std::runtime_error(index.string() + ": no \"weight_map\" object");
+    std::set<std::string> names;
+    for (const auto& [tensor, file] : map->members) {
+      if (file.type != JsonValue::Type::string || file.text.empty() || file.text.find('/') != std::string::npos)
+        throw std::runtime_error(index.string() + ": weight_map[\"" + tensor + "\"] is not a file name");
+      if (names.insert(file.text).second) files.push_back(dir / file.text);
+    }
+  } else {
+    std::string hint = fs::exists(dir / "pytorch_model.bin")
+                           ? " (pytorch_model.bin, a pickle, is not read: re-save it with transformers' "
+                             "save_pretrained(dir, safe_serialization=True))"
+                           : "";
+    throw std::runtime_error(dir.string() + ": no model.safetensors or model.safetensors.index.json" + hint);
+  }
+  for (const auto& f : files) {
+    readers.push_back(std::make_unique<datasets::SafetensorsReader>(f));
+    for (const auto& t : readers.back()->header().tensors) {
+      if (!tensors.emplace(t.name, std::make_pair(readers.back().get(), &t)).second)
+        throw std::runtime_error(f.string() + ": tensor '" + t.name + "' is also in another shard of " + dir.string());
+    }
+  }
 }
 
 }  // namespace pipeline::model

@@ -24,14 +24,6 @@ namespace {
 
 constexpr const char* kPrefix = "transformer.";
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open" + (fs::exists(path) ? "" : " (no such file)"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // ---- the name and layout mapping -------------------------------------------------------------
 
 // Our parameter name -> the Hub's name (without the prefix), and whether the weight is a Conv1D
@@ -93,47 +85,9 @@ torch::ScalarType torch_type(SafetensorsDtype d, const std::string& file, const 
   }
 }
 
-// Every tensor of a directory's safetensors file(s), by name, with the reader that holds it.
-struct WeightFiles {
-  std::vector<std::unique_ptr<datasets::SafetensorsReader>> readers;
-  std::map<std::string, std::pair<const datasets::SafetensorsReader*, const datasets::SafetensorsTensor*>> tensors;
-
-  explicit WeightFiles(const fs::path& dir) {
-    const fs::path single = dir / "model.safetensors", index = dir / "model.safetensors.index.json";
-    std::vector<fs::path> files;
-    if (fs::exists(single)) {
-      files.push_back(single);
-    } else if (fs::exists(index)) {
-      JsonValue root;
-      try {
-        root = json_parse(read_text(index));
-      } catch (const JsonParseError& e) {
-        throw std::runtime_error(index.string() + ": not valid JSON at " + e.what());
-      }
-      const JsonValue* map = root.find("weight_map");
-      if (!map || map->type != JsonValue::Type::object)
-        throw std::runtime_error(index.string() + ": no \"weight_map\" object");
-      std::set<std::string> names;
-      for (const auto& [tensor, file] : map->members) {
-        if (file.type != JsonValue::Type::string || file.text.empty() || file.text.find('/') != std::string::npos)
-          throw std::runtime_error(index.string() + ": weight_map[\"" + tensor + "\"] is not a file name");
-        if (names.insert(file.text).second) files.push_back(dir / file.text);
-      }
-    } else {
-      std::string hint = fs::exists(dir / "pytorch_model.bin")
-                             ? " (pytorch_model.bin, a pickle, is not read: re-save it with transformers' "
-                               "save_pretrained(dir, safe_serialization=True))"
-                             : "";
-      throw std::runtime_error(dir.string() + ": no model.safetensors or model.safetensors.index.json" + hint);
-    }
-    for (const auto& f : files) {
-      readers.push_back(std::make_unique<datasets::SafetensorsReader>(f));
-      for (const auto& t : readers.back()->header().tensors) {
-        if (!tensors.emplace(t.name, std::make_pair(readers.back().get(), &t)).second)
-          throw std::runtime_error(f.string() + ": tensor '" + t.name + "' is also in another shard of " + dir.string());
-      }
-    }
-  }
+// The weight files (hf_config.h), and their tensors read as fp32 tensors.
+struct WeightFiles : HfWeightFiles {
+  using HfWeightFiles::HfWeightFiles;
 
   torch::Tensor load(const std::string& name) const {
     const auto& [reader, t] = tensors.at(name);
@@ -142,8 +96,6 @@ struct WeightFiles {
     reader->read(*t, out.data_ptr());
     return out.to(torch::kFloat);
   }
-
-  std::string file_of(const std::string& name) const { return tensors.at(name).first->path().string(); }
 };
 
 }  // namespace

@@ -114,6 +114,8 @@ put("fuzz_checkpoint", "empty", checkpoint(b"", []))
 put("fuzz_config", "quickstart", open(os.path.join(SRC, "pipelines/quickstart.toml")).read())
 put("fuzz_config", "with_sets", "model.n_layer=3\nstages.x.workers=2\n\0[model]\npreset = \"tiny\"\ninput = [\"a\", \"b\"]\n"
     "[stages.src]\ntype = \"test_source\"\n[stages.x]\ntype = \"delay\"\ninput = \"src\"\n")
+put("fuzz_config", "removals", "stages.x.workers=2\nstages.x=\nmodel=\nstages.x.type=spin\nstages.nope=\n\0[model]\n"
+    "n_layer = 3\n[stages.src]\ntype = \"test_source\"\n[stages.x]\ntype = \"delay\"\ninput = \"src\"\n")
 put("fuzz_config", "types", "[model]\ndropout = 0.5\nbias = false\nprompt = \"a\\tb\\u00e9\"\nn_layer = 0x10\n")
 
 put("fuzz_tokenizer", "ascii", "\0Hello world! It's 2024, isn't it?\n\n  spaces")
