@@ -340,6 +340,19 @@ void TrainSync::end_of_input() {
   agreed_stop_ = true;
 }
 
+std::string TrainSync::share(const std::string& key, const std::string& value) {
+  if (dp_.writer()) {
+    dp_.group().set(key, value);
+    return value;
+  }
+  return dp_.group().get(key);
+}
+
+void TrainSync::broadcast(std::vector<torch::Tensor>& tensors) {
+  torch::NoGradGuard no_grad;
+  dp_.group().broadcast(tensors, 0);
+}
+
 void TrainSync::finish() {
   if (pending_) pending_->wait();
   pending_.reset();

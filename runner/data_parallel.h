@@ -107,6 +107,8 @@ class TrainSync : public StepSync {
   bool checkpoint_here(int64_t step, const DataCursor& cursor) override;
   void end_of_input() override;
   void finish() override;
+  std::string share(const std::string& key, const std::string& value) override;
+  void broadcast(std::vector<torch::Tensor>& tensors) override;
 
  private:
   /// Exchanges [stop requested, out of data, checkpoint asked] with the other ranks; the reason

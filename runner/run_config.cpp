@@ -9,6 +9,7 @@
 #include "datasets/llmc/llmc_shard.h"
 #include "datasets/parquet/parquet_reader.h"
 #include "datasets/sources/dataset_mix.h"
+#include "model/net/schedule.h"
 
 namespace pipeline::stages {
 
@@ -110,6 +111,28 @@ const std::vector<config::Schema>& run_schemas() {
                 "are computed again, as llm.c does: no matmul more); block (only each block's input is kept and "
                 "its forward runs again in backward, as torch.utils.checkpoint: about a third more compute)",
                 {"none", "mlp", "block"});
+    s.emplace_back("training.guard");
+    s.back()
+        .boolean("enabled", true,
+                 "skip a step whose loss or gradient norm is not finite or lies more than z deviations above its "
+                 "running mean (no update, the data consumed; the schedule counts updates), and roll back to the "
+                 "last checkpoint after max_skips skips in a row (docs/robustness.md)")
+        .integer("window", 100, "steps let through whose loss and gradient norm make the running mean and deviation",
+                 2, 100000)
+        .floating("z", 10.0, "deviations above the mean that skip a step", 0.1, 1e6)
+        .integer("min_steps", 50, "z-scores count once the window holds this many steps (a value that is not finite "
+                                  "is skipped from the first step)",
+                  2, 100000)
+        .integer("max_skips", 5, "skips in a row that roll the run back to its newest checkpoint from before them", 1,
+                 1e9)
+        .integer("rollback_skip", 50,
+                 "data steps a rollback skips, counted from the checkpoint it goes back to (the steps since that "
+                 "checkpoint are skipped in any case: they are not trained again)",
+                 0, 1e12)
+        .integer("max_rollbacks", 3, "rollbacks before the run stops, with a checkpoint and the steps named", 0, 1e9)
+        .string_list("skip_steps", std::vector<std::string>{},
+                     "data steps read but not trained on, as [\"N\", \"FROM-TO\"] (1-based, as metrics.jsonl "
+                     "numbers them; also with enabled = false): skipping a spike's data by hand");
     s.emplace_back("optimizer");
     s.back()
         .floating("lr", 6e-4, "peak learning rate (AdamW)", 0.0, 10.0)
@@ -163,6 +186,23 @@ const std::vector<config::Schema>& run_schemas() {
     return s;
   }();
   return schemas;
+}
+
+std::optional<StepRange> parse_step_range(const std::string& text) {
+  auto number = [](const std::string& t, int64_t& out) {
+    if (t.empty() || t.size() > 18 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::stoll(t);
+    return out >= 1;
+  };
+  StepRange r;
+  const auto dash = text.find('-');
+  if (dash == std::string::npos) {
+    if (!number(text, r.first)) return std::nullopt;
+    r.last = r.first;
+  } else if (!number(text.substr(0, dash), r.first) || !number(text.substr(dash + 1), r.last) || r.last < r.first) {
+    return std::nullopt;
+  }
+  return r;
 }
 
 namespace {
@@ -247,7 +287,35 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
   auto t = sec("training");
   rc.training = {t.get_int("steps"), t.get_int("batch_size"), t.get_int("seq_len"), t.get_int("grad_accum"),
                  t.get_float("grad_clip"), t.get_string("dtype"), t.get_string("matmul_precision"),
-                 t.get_bool("cuda_graph"), t.get_string("recompute")};
+                 t.get_bool("cuda_graph"), t.get_string("recompute"), {}};  // guard: [training.guard] below
+
+  auto g = sec("training.guard");
+  auto& guard = rc.training.guard;
+  guard = {g.get_bool("enabled"),   g.get_int("window"),        g.get_float("z"),
+           g.get_int("min_steps"),  g.get_int("max_skips"),     g.get_int("rollback_skip"),
+           g.get_int("max_rollbacks"), {}};
+  if (guard.min_steps > guard.window) {
+    if (g.was_set("min_steps"))
+      throw g.error("min_steps", "must not exceed window (" + std::to_string(guard.window) + "), got " +
+                                     std::to_string(guard.min_steps));
+    guard.min_steps = guard.window;  // a short window set alone: judged once it is full
+  }
+  if (guard.enabled && rc.training.steps > model::kLrTableMaxSteps) {
+    if (g.was_set("enabled"))
+      throw g.error("enabled", "the guard's learning-rate table covers at most " +
+                                   std::to_string(model::kLrTableMaxSteps) + " steps, and [training] steps = " +
+                                   std::to_string(rc.training.steps));
+    // On by default only: off, and shown so in the settings table and the run's config.toml (which
+    // a resume reads back: `enabled = true` there would be this error); train's start-up line says why.
+    guard.enabled = false;
+    for (auto& s : rc.sections)
+      if (s.name() == "training.guard") s.set("enabled", false, config::Location{"[training] steps", 0});
+  }
+  for (const auto& text : g.get_string_list("skip_steps")) {
+    auto range = parse_step_range(text);
+    if (!range) throw g.error("skip_steps", "expected \"N\" or \"FROM-TO\" with 1 <= FROM <= TO, got \"" + text + "\"");
+    guard.skip_steps.push_back(*range);
+  }
 
   auto o = sec("optimizer");
   rc.optimizer = {o.get_float("lr"), o.get_float("min_lr"), o.get_float("beta1"), o.get_float("beta2"),

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,9 @@ namespace pipeline::stages {
 /// The schema of each run section, by name (run, model, data, training, optimizer, eval,
 /// checkpoint, logging).
 const std::vector<config::Schema>& run_schemas();
+
+/// "N" or "FROM-TO" (1 <= FROM <= TO) as data steps; nullopt for anything else.
+std::optional<StepRange> parse_step_range(const std::string& text);
 
 /// Resolves every run section of `doc` (marking them known) and checks cross-key constraints.
 /// Relative dataset paths are taken from the config file's directory, then from the source tree.

@@ -240,6 +240,7 @@ void locate_run(RunPlan& plan, const RunRequest& req) {
     apply_checkpoint_order(held, req, ctx->cfg, world, ckpt.string());
     ctx->start_data_step = held.data_step;
     ctx->start_step = state.step;
+    ctx->start_guard = GuardRecord::from_metadata(json_parse(state.metadata), state.step, ckpt.string());
     ctx->resume_from = ckpt;
     ctx->checkpoint_written = ckpt.string();  // the newest good checkpoint until this run writes one
     ctx->run_dir = automatic ? fs::path(ctx->cfg.run.dir) : req.resume;

@@ -11,8 +11,8 @@ namespace pipeline::stages {
 namespace {
 
 bool is_figure(const std::string& key) {
-  static const char* const keys[] = {"step",        "loss", "val_loss", "hellaswag_acc_norm", "hellaswag_acc",
-                                     "tokens_per_s", "ms_per_step", "mfu"};
+  static const char* const keys[] = {"step",         "loss",        "val_loss", "hellaswag_acc_norm", "hellaswag_acc",
+                                     "tokens_per_s", "ms_per_step", "mfu",      "guard_skips",        "guard_rollbacks"};
   return std::any_of(std::begin(keys), std::end(keys), [&](const char* k) { return key == k; });
 }
 

@@ -1,6 +1,6 @@
 // The training figures each stats report carries (graph::Snapshot::train): step, loss, val_loss,
-// hellaswag_acc_norm, hellaswag_acc, tokens_per_s, ms_per_step and mfu from the newest metrics
-// lines the log and eval stages
+// hellaswag_acc_norm, hellaswag_acc, tokens_per_s, ms_per_step, mfu, and the spike guard's
+// guard_skips and guard_rollbacks, from the newest metrics lines the log, eval and train stages
 // write, and device_busy, the busy share of the device over the last report (GPU time on CUDA,
 // the train stage's host compute time on a CPU run). With them, stats.jsonl, the live page and
 // /metrics show the run's progress beside its stages.

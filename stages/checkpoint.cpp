@@ -26,7 +26,10 @@ class Checkpoint : public graph::Stage {
   explicit Checkpoint(const graph::StageContext& ctx) : rc_(run_context(ctx)) {}
 
   // It waits on the snapshot's CUDA events: on the run's device, or that makes a context on GPU 0.
-  void initialize() override { model::use_device(rc_.device); }
+  void initialize() override {
+    model::use_device(rc_.device);
+    if (rc_.writer() && !rc_.run_dir.empty()) list(rc_.run_dir / "checkpoints");
+  }
 
   void process(graph::Item in, graph::Emitter& out) override {
     const auto& r = in.get<StepResult>();
@@ -103,6 +106,23 @@ class Checkpoint : public graph::Stage {
     std::sort(all.begin(), all.end());  // zero-padded step numbers sort by step
     const auto keep = static_cast<size_t>(rc_.cfg.checkpoint.keep);
     for (size_t i = 0; i + keep < all.size(); ++i) remove_logged(all[i]);
+    list(dir);
+  }
+
+  // RunContext::checkpoints: what the directory holds now, by step.
+  void list(const fs::path& dir) {
+    std::vector<std::pair<int64_t, fs::path>> found;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      long long step = -1;
+      char tail = 0;
+      if (e.path().extension() == ".ckpt" &&
+          std::sscanf(e.path().filename().c_str(), "step_%lld.ckp%c", &step, &tail) == 2 && step >= 0)
+        found.emplace_back(step, e.path());
+    }
+    std::sort(found.begin(), found.end());
+    std::lock_guard<std::mutex> lock(rc_.mu);
+    rc_.checkpoints = std::move(found);
   }
 
   void remove_logged(const fs::path& p) {

@@ -5,13 +5,16 @@
 // progress line and absent from metrics.jsonl (so from TensorBoard, /metrics and the live page),
 // and one line at start-up says how to set it: never a number divided by another GPU's peak. It waits for each step's event here,
 // off the training thread and without spinning, so training never stalls on reading its loss;
-// the wait counts as device wait in the stats, not as busy. Once the event completed it reads
+// the wait counts as device wait in the stats, not as busy. With [training.guard] each line
+// carries the step's verdict (z-scores, skips, rollbacks, the updates taken) and a skipped step
+// gets a line of its own (stages/spike_watch.h). Once the event completed it reads
 // the step's device timing events (no further sync) and reports train's GPU-busy time to the
 // engine (host time on the CPU), which the stats and the verdict turn into train's GPU-busy share.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "base/duration.h"
 #include "graph/stage.h"
@@ -51,6 +54,10 @@ class Log : public graph::Stage {
     auto now = std::chrono::steady_clock::now();
     const float loss = r.loss.item<float>();
     const float norm = r.grad_norm.item<float>();
+    std::optional<model::SpikeVerdict> v;
+    if (r.verdict.defined()) v = model::SpikeVerdict::from(r.verdict);
+    const double lr = v ? v->lr : r.lr;
+    const int64_t updates = v ? v->updates : r.updates >= 0 ? r.updates : r.step;
     if (!started_) {
       // The first step includes start-up (allocations, kernel selection): rates count from it.
       started_ = true;
@@ -71,18 +78,26 @@ class Log : public graph::Stage {
     // Per device: tokens/s counts every data-parallel rank's tokens, each rank has one device.
     // No peak, no MFU (NaN here, absent from the metrics line).
     const double mfu = peak_.tflops > 0 ? tok_s * flops_per_token_ / (peak_.tflops * 1e12 * rc_.partition.world) : NAN;
-    const int64_t total = rc_.cfg.training.steps;
+    // [training] steps counts updates: the data steps the run takes grow with the steps not trained.
+    const int64_t total = rc_.cfg.training.steps + (r.step - updates);
     double eta = tok_s > 0 ? static_cast<double>((total - r.step) * r.tokens) / tok_s : NAN;
 
     char json[512];
     std::snprintf(json, sizeof json,
-                  "{\"step\":%lld,\"loss\":%.9g,\"lr\":%.6e,\"grad_norm\":%.5f,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
+                  "{\"step\":%lld,\"loss\":%s,\"lr\":%.6e,\"grad_norm\":%s,\"tokens\":%lld,\"tokens_per_s\":%.1f,"
                   "\"ms_per_step\":%.3f,\"elapsed_s\":%.3f",
-                  static_cast<long long>(r.step), loss, r.lr, norm, static_cast<long long>(r.tokens), tok_s, ms_step,
-                  elapsed);
+                  static_cast<long long>(r.step), json_number(loss, "%.9g").c_str(), lr, json_number(norm, "%.5f").c_str(),
+                  static_cast<long long>(r.tokens), tok_s, ms_step, elapsed);
     std::string metric = json;
     // The hash of the step's set of rows (docs/data_order.md): two runs of one data order print the same.
     metric += ",\"windows\":\"" + windows_hex(step_windows(r)) + "\"";
+    if (v || updates != r.step) metric += ",\"updates\":" + std::to_string(updates);
+    if (v) {
+      std::snprintf(json, sizeof json, ",\"loss_z\":%.4f,\"norm_z\":%.4f,\"guard_skips\":%lld,\"guard_rollbacks\":%lld%s",
+                    finite_or_zero(v->loss_z), finite_or_zero(v->norm_z), static_cast<long long>(v->skips),
+                    static_cast<long long>(r.rollbacks), v->skipped ? ",\"skipped\":1" : "");
+      metric += json;
+    }
     if (std::isfinite(mfu)) {
       std::snprintf(json, sizeof json, ",\"mfu\":%.5f", mfu);
       metric += json;
@@ -97,14 +112,19 @@ class Log : public graph::Stage {
       metric += "}";
     }
     rc_.log->metric(metric + "}");
-    if (!std::isfinite(loss)) rc_.log->print("warning: step " + std::to_string(r.step) + ": loss is not finite");
+    if (v && v->skipped)
+      rc_.log->print(skip_line(r.step, *v));
+    else if (!std::isfinite(loss))
+      rc_.log->print("warning: step " + std::to_string(r.step) + ": loss is not finite");
 
     if (r.step % rc_.cfg.logging.every == 0 || r.last || r.step == first_step_) {
       char line[512];
       int n = std::snprintf(line, sizeof line, "step %6lld/%lld | loss %.4f | lr %.2e | norm %.3f | %9.0f tok/s | %7.1f ms/step",
-                            static_cast<long long>(r.step), static_cast<long long>(total), loss, r.lr, norm, tok_s,
+                            static_cast<long long>(r.step), static_cast<long long>(total), loss, lr, norm, tok_s,
                             ms_step);
       std::string s(line, static_cast<size_t>(n));
+      if (v && (v->skips > 0 || r.rollbacks > 0))
+        s += " | guard: " + std::to_string(v->skips) + " skipped, " + std::to_string(r.rollbacks) + " rolled back";
       if (std::isfinite(mfu)) {
         std::snprintf(line, sizeof line, " | MFU %4.1f%%", 100 * mfu);
         s += line;
@@ -118,6 +138,27 @@ class Log : public graph::Stage {
     if (steps_timed == model::kEstimateAfterSteps && r.step < total && !rc_.device.is_cuda() &&
         model::large_for_cpu(rc_.model))
       rc_.log->print(model::cpu_estimate(elapsed / static_cast<double>(steps_timed), r.step, total));
+  }
+
+  static double finite_or_zero(double x) { return std::isfinite(x) ? x : 0.0; }
+
+  // JSON has no NaN or infinity: a loss or norm that is not finite is written as null.
+  static std::string json_number(double x, const char* format) {
+    if (!std::isfinite(x)) return "null";
+    char buf[48];
+    std::snprintf(buf, sizeof buf, format, x);
+    return buf;
+  }
+
+  // "guard: step 812 skipped: loss 10.93 at z 14.2, grad norm 2.31 at z 1.1; 2 in a row (5 roll back)"
+  std::string skip_line(int64_t step, const model::SpikeVerdict& v) const {
+    char buf[256];
+    const bool finite = std::isfinite(v.loss) && std::isfinite(v.norm);
+    std::snprintf(buf, sizeof buf, "guard: step %lld skipped: loss %.4g at z %.1f, grad norm %.4g at z %.1f%s; %lld in a row (%lld roll back)",
+                  static_cast<long long>(step), static_cast<double>(v.loss), v.loss_z, static_cast<double>(v.norm), v.norm_z,
+                  finite ? "" : " (not finite)", static_cast<long long>(v.streak),
+                  static_cast<long long>(rc_.cfg.training.guard.max_skips));
+    return buf;
   }
 
   // train's busy share between the first step and the last: on CUDA the GPU's (device events),

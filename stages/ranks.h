@@ -46,6 +46,12 @@ class StepSync {
   virtual void end_of_input() = 0;
   /// The run is over (last step, or an agreed stop): completes the collectives still in flight.
   virtual void finish() = 0;
+  /// The spike guard's rollback, which every rank makes at the same step: the writing rank's
+  /// `value` (what it read of the checkpoint it goes back to), returned on every rank; `key` is
+  /// new for each rollback of the run.
+  virtual std::string share(const std::string& key, const std::string& value) = 0;
+  /// Copies the writing rank's `tensors` into every rank's, in place.
+  virtual void broadcast(std::vector<torch::Tensor>& tensors) = 0;
 };
 
 /// This process's place among the ranks of a run.

@@ -57,6 +57,24 @@ struct DataSection {
   int64_t lanes = 0;                  // K (0: auto, the datasets layer's rule)
 };
 
+/// Data steps FROM..TO (1-based, inclusive, as metrics.jsonl numbers them).
+struct StepRange {
+  int64_t first = 0, last = 0;
+  bool contains(int64_t step) const { return step >= first && step <= last; }
+};
+
+/// [training.guard]: the spike guard (model/net/spike_guard.h, stages/spike_watch.h).
+struct GuardSection {
+  bool enabled = true;
+  int64_t window = 100;       // steps let through whose loss and grad norm make the mean and deviation
+  double z = 10.0;            // deviations above the mean that skip a step
+  int64_t min_steps = 50;     // z-scores count once the window holds this many steps
+  int64_t max_skips = 5;      // skips in a row that roll the run back to its last checkpoint
+  int64_t rollback_skip = 50; // data steps a rollback skips at least, from the checkpoint on
+  int64_t max_rollbacks = 3;  // rollbacks before the run stops
+  std::vector<StepRange> skip_steps;  // data steps read but not trained on (also with enabled = false)
+};
+
 struct TrainingSection {
   int64_t steps = 1000;
   int64_t batch_size = 8;     // B, windows per micro-batch
@@ -67,6 +85,7 @@ struct TrainingSection {
   std::string matmul_precision = "high";  // fp32 matmuls on CUDA: high (TF32) | highest | medium
   bool cuda_graph = false;    // replay the step as CUDA graphs (model/device/captured_step.h)
   std::string recompute = "none";  // none | mlp | block: what backward computes again (model/net/recompute.h)
+  GuardSection guard;
 };
 
 struct OptimizerSection {

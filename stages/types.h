@@ -38,6 +38,7 @@
 #include "model/net/gpt2.h"
 #include "stages/lane_session.h"
 #include "stages/settings.h"
+#include "stages/spike_watch.h"
 
 namespace pipeline::stages {
 
@@ -178,10 +179,14 @@ struct StepTiming {
 /// a non-blocking copy; `done` completes when they hold the values. The train stage never waits
 /// for it: the log stage does, off the training thread, and without spinning.
 struct StepResult {
-  int64_t step = 0;        // optimizer steps completed (1-based)
+  int64_t step = 0;        // data steps completed (1-based): optimizer steps, and steps the guard skipped
   int64_t tokens = 0;      // tokens trained on in this step
-  double lr = 0;
+  double lr = 0;           // without the guard (with it, the verdict's)
   torch::Tensor loss, grad_norm;  // 0-dim fp32, host
+  /// With [training.guard]: (model::SpikeVerdict::kFields) float64, host, ready with the loss.
+  torch::Tensor verdict;
+  int64_t updates = -1;    // updates taken after this step, when known at once (no guard); else -1
+  int64_t rollbacks = 0;   // the guard's rollbacks so far
   std::shared_ptr<model::DeviceEvent> done;  // CUDA, or null when loss/norm are ready
   std::shared_ptr<const StepTiming> timing;  // null for a checkpoint-only result
   std::shared_ptr<dist::Work> reduced;  // data parallel on the CPU: the all-reduce averaging them
@@ -267,17 +272,24 @@ struct RunContext {
   model::GPTConfig model;
   torch::Device device = torch::kCPU;
   std::filesystem::path run_dir;
-  int64_t start_step = 0;            // steps already done (resume)
+  int64_t start_step = 0;            // data steps already done (resume)
   int64_t start_data_step = 0;       // the data step the run starts with (Batch::data_step)
   DataCursor start;                  // data position to resume from
+  GuardRecord start_guard;           // the resumed checkpoint's (updates = start_step without one)
   std::filesystem::path resume_from; // checkpoint to load in train (empty: fresh weights)
   std::shared_ptr<RunLog> log;
-  std::atomic<int64_t> last_step{0};     // steps completed, for the final message
+  std::atomic<int64_t> last_step{0};     // data steps completed, for the final message
+  std::atomic<int64_t> updates{0};       // updates taken ([training] steps counts these), as train knows them
   /// Checkpoints asked for while training (SIGUSR1): train writes one at its next step when
   /// this count is past the requests it served.
   std::atomic<int64_t> checkpoint_requests{0};
   std::string checkpoint_written;        // path of the newest checkpoint (set by checkpoint)
-  std::mutex mu;
+  /// RUN_DIR/checkpoints/*.ckpt by step, oldest first: listed by the checkpoint stage when it
+  /// starts and after each write (it is their only writer). What the guard may roll back to.
+  std::vector<std::pair<int64_t, std::filesystem::path>> checkpoints;
+  /// Why the spike guard stopped the run (empty: it did not); `pipeline run` ends with it.
+  std::string guard_stop;
+  std::mutex mu;  // checkpoint_written, checkpoints, guard_stop
   // Data parallel (launched by torchrun): this rank's share of the data and the group. Without
   // torchrun, the whole data and null. (What earlier runs consumed is in start.done: readers take
   // both from data_partition.)

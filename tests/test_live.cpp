@@ -236,7 +236,8 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   q.current = 3;
   q.high_water = 8;
   s.queues = {q};
-  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}, {"hellaswag_acc_norm", 0.295}};
+  s.train = {{"step", 40}, {"loss", 4.25}, {"ms_per_step", 250}, {"hellaswag_acc_norm", 0.295},
+             {"guard_skips", 3}, {"guard_rollbacks", 1}};
   s.verdict.kind = "stage";
   s.verdict.stage = "train";
   const std::string text = prometheus_text(s);
@@ -260,6 +261,11 @@ TEST_CASE("Prometheus text: conventions, labels escaped, every stage and edge") 
   CHECK(m.at(R"(pipeline_bottleneck_info{stage="train",kind="stage",rank="0"})") == 1);
   CHECK(m.at(R"(pipeline_train_hellaswag_acc_norm_ratio{rank="0"})") == doctest::Approx(0.295));
   CHECK(contains(text, "# TYPE pipeline_train_hellaswag_acc_norm_ratio gauge\n"));
+  // The spike guard's events are counters (runner/train_figures.h takes them from metrics.jsonl).
+  CHECK(contains(text, "# TYPE pipeline_train_guard_skips_total counter\n"));
+  CHECK(contains(text, "# TYPE pipeline_train_guard_rollbacks_total counter\n"));
+  CHECK(m.at(R"(pipeline_train_guard_skips_total{rank="0"})") == 3);
+  CHECK(m.at(R"(pipeline_train_guard_rollbacks_total{rank="0"})") == 1);
   CHECK(m.count(R"(pipeline_train_mfu_ratio{rank="0"})") == 0);  // not given: not invented
   CHECK(m.count(R"(pipeline_train_hellaswag_acc_ratio{rank="0"})") == 0);
   for (const auto& sample : m)

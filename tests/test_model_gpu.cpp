@@ -10,6 +10,7 @@
 #include "model/net/gpt2.h"
 #include "model/net/optim.h"
 #include "model/checkpoint/snapshot.h"
+#include "model/net/spike_guard.h"
 
 #include <ATen/core/CachingHostAllocator.h>
 
@@ -465,6 +466,71 @@ TEST_CASE("CUDA graphs replay the eager step: same losses within bf16 tolerance,
   INFO("graph losses: step 3 " << graph[3] << ", step " << steps - 1 << " " << graph.back());
   CHECK(graph.back() < graph[3] - 0.5);
   for (int64_t s = 4; s < steps; ++s) CHECK(graph[static_cast<size_t>(s)] < graph[static_cast<size_t>(s) - 1] + 0.05);
+}
+
+// The spike guard on the device: its verdict, the learning rate it takes from its table and the
+// skipped update all stay on the GPU. A batch whose every target is padding (ids >= vocab_size)
+// has the loss 0/0 = NaN: skipped, eagerly and inside the captured update graph, without a host
+// sync, leaving weights, moments and step counts as they were; the eager and the captured guard
+// decide the same steps and count the same updates.
+TEST_CASE("the spike guard on CUDA, eager and in a CUDA graph: a NaN step skipped, nothing moves, no host sync") {
+  auto cfg = tiny();
+  const int64_t B = 2, T = 32, steps = 12, nan_step = 8;
+  auto gen = at::detail::createCPUGenerator(9);
+  const auto text = torch::randint(cfg.vocab_size, {B, T + 1}, gen, torch::kLong).to(kCuda);  // (B, T+1)
+  const auto padding = torch::full({B, T + 1}, 50300, torch::TensorOptions().dtype(torch::kLong).device(kCuda));
+  const m::LrSchedule sched{.lr_max = 1e-3, .lr_min = 1e-4, .warmup_steps = 2, .total_steps = steps};
+  auto run = [&](bool graphs) {
+    c10::cuda::CUDAStreamGuard on(c10::cuda::getStreamFromPool(false, 0));
+    m::GPT model(cfg, 21);
+    model->to(kCuda);
+    m::AdamW opt(model->named_parameters(), m::AdamWOptions{.lr = 1e-3});
+    m::SpikeGuard guard({.window = 8, .z = 6, .min_steps = 3}, sched, steps, kCuda);
+    std::vector<m::SpikeVerdict> verdicts;
+    std::unique_ptr<m::CapturedStep> captured;
+    for (int64_t s = 0; s < steps; ++s) {
+      const auto& rows = s == nan_step ? padding : text;
+      std::vector<torch::Tensor> before;
+      for (const auto& [name, t] : opt.state()) before.push_back(t.clone());
+      for (const auto& p : model->parameters()) before.push_back(p.detach().clone());
+      {
+        NoSyncScope no_sync;
+        if (captured) {
+          captured->micro_batch(rows, 0);
+          captured->update(0.0);
+        } else {
+          auto loss = model->loss(model(rows.narrow(1, 0, T).contiguous()), rows.narrow(1, 1, T).contiguous());
+          loss.backward();
+          auto norm = m::clip_grad_norm(model->parameters(), 1.0);
+          opt.step(guard.judge(loss, norm, opt));
+          opt.zero_grad();
+        }
+      }
+      verdicts.push_back(m::SpikeVerdict::from(guard.verdict().cpu()));
+      if (s == nan_step) {
+        std::vector<torch::Tensor> after;
+        for (const auto& [name, t] : opt.state()) after.push_back(t);
+        for (const auto& p : model->parameters()) after.push_back(p.detach());
+        bool unchanged = true;
+        for (size_t i = 0; i < after.size(); ++i) unchanged = unchanged && torch::equal(before[i], after[i]);
+        CHECK(unchanged);
+      }
+      if (graphs && s == 2)
+        captured = std::make_unique<m::CapturedStep>(model, opt, m::CapturedStepOptions{B, T, 1, 1.0, false, &guard});
+    }
+    return verdicts;
+  };
+  auto eager = run(false), graph = run(true);
+  for (int64_t s = 0; s < steps; ++s) {
+    CAPTURE(s);
+    const auto i = static_cast<size_t>(s);
+    CHECK(eager[i].skipped == (s == nan_step));
+    CHECK(graph[i].skipped == (s == nan_step));
+    CHECK(graph[i].updates == eager[i].updates);
+    CHECK(static_cast<float>(graph[i].lr) == static_cast<float>(sched.at(eager[i].updates - (eager[i].skipped ? 0 : 1))));
+  }
+  CHECK(graph.back().updates == steps - 1);
+  CHECK(graph.back().skips == 1);
 }
 
 // Global capture mode would fail here: another thread waits on events, allocates pinned memory

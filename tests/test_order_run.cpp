@@ -47,17 +47,6 @@ struct Threads {
   Threads() { at::set_num_threads(1); }  // bitwise reproducibility and a fair share of 2 cores
 } threads_once;
 
-// Each step's "windows" in a run's metrics.jsonl.
-std::map<int64_t, std::string> read_windows(const fs::path& dir) {
-  std::map<int64_t, std::string> out;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    const auto v = json_parse(line);
-    if (const JsonValue* w = v.find("windows")) out[static_cast<int64_t>(v.number("step"))] = w->text;
-  }
-  return out;
-}
-
 std::string hex(uint64_t h) { return stages::windows_hex(h); }
 
 // (B, T+1) int64 rows -> x = rows[:, :T], y = rows[:, 1:].

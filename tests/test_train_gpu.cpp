@@ -251,6 +251,15 @@ TEST_CASE("no host sync anywhere in the graph while it trains: eager, bf16") {
 TEST_CASE("no host sync anywhere in the graph while it trains: CUDA graphs") {
   check_no_host_sync("nosync_graph", {"training.dtype=\"bf16\"", "training.cuda_graph=true"});
 }
+
+// The spike guard judges every step on the device and the host reads its verdicts a step late:
+// no sync either (it waits on events only at checkpoint steps, and near the end).
+TEST_CASE("no host sync anywhere in the graph while it trains: the spike guard, eager and CUDA graphs") {
+  check_no_host_sync("nosync_guard", {"training.dtype=\"bf16\"", "training.guard.enabled=true", "training.guard.min_steps=2",
+                                      "training.guard.z=1000"});
+  check_no_host_sync("nosync_guard_graph", {"training.dtype=\"bf16\"", "training.cuda_graph=true",
+                                            "training.guard.enabled=true", "training.guard.min_steps=2", "training.guard.z=1000"});
+}
 #endif  // PIPELINE_HAVE_SYNC_DEBUG
 
 #ifdef PIPELINE_HAVE_SYNC_DEBUG  // CUDA's headers

@@ -1,6 +1,6 @@
 // Shared by the training-graph tests (test_stages, test_train_gpu, test_interop): a tiny GPT-2
 // config on the bundled data, an in-process run of it as `pipeline run` does it, returning the
-// logged losses, and the exact-resume check.
+// logged losses (and each step's row hash), and the exact-resume check.
 #pragma once
 
 #include <filesystem>
@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "base/json.h"
 #include "graph/engine.h"
 #include "kept_dirs.h"
 #include "model/net/gpt2.h"
@@ -84,6 +85,17 @@ inline std::map<int64_t, std::string> read_losses(const fs::path& dir) {
     int64_t step = std::stoll(line.substr(line.find("\"step\":") + 7));
     auto start = l + 7;
     out[step] = line.substr(start, line.find(',', start) - start);
+  }
+  return out;
+}
+
+// Each step's "windows" in a run's metrics.jsonl: the hash of the step's rows (docs/data_order.md).
+inline std::map<int64_t, std::string> read_windows(const fs::path& dir) {
+  std::map<int64_t, std::string> out;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto v = json_parse(line);
+    if (const JsonValue* w = v.find("windows")) out[static_cast<int64_t>(v.number("step"))] = w->text;
   }
   return out;
 }

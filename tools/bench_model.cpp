@@ -5,7 +5,7 @@
 //   bench_model [--preset gpt2] [--batch 16] [--seq 1024] [--steps 20] [--warmup 5]
 //               [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph] [--peak-tflops F]
 //               [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]
-//               [--profile TRACE.json [--profile-steps 3]]
+//               [--profile TRACE.json [--profile-steps 3]] [--guard]
 // Without CUDA it falls back to the CPU (use a small preset there, e.g. --preset tiny).
 // MFU is PaLM's (6N + 12LCT FLOPs a token) over --peak-tflops, or the peak model/device/device_peak.h's
 // table has for the GPU; with neither (the CPU, a GPU the table lacks) it is "—" (mfu=nan).
@@ -23,6 +23,10 @@
 // --profile records a few more steps after the timed ones with LibTorch's Kineto profiler (CPU
 // ops and CUDA kernels) into a Chrome trace; tools/kernel_table.py sums it by kernel, beside the
 // trace of tools/eager_step.py --profile (tools/gpu_report.sh profile).
+// --guard: the spike guard judges every step (model/net/spike_guard.h), inside the update graph
+// with --cuda-graph, and after the timing its own work is timed alone, as training issues it
+// (device time on CUDA, host time on the CPU): `guard ... % of the step`, the figure whose goal
+// is under 1% (docs/robustness.md#the-spike-guard).
 #include "model/net/autocast.h"
 #include "model/device/captured_step.h"
 #include "model/device/cpu_block_cache.h"
@@ -31,6 +35,7 @@
 #include "model/net/gpt2.h"
 #include "model/net/optim.h"
 #include "model/net/sdpa_choice.h"
+#include "model/net/spike_guard.h"
 
 #include <sys/resource.h>
 
@@ -75,6 +80,7 @@ struct Options {
   bool fit_batch = false;      // halve --batch until a step fits the GPU's memory
   std::string profile;         // Chrome trace of a few steps after the timed ones
   int profile_steps = 3;
+  bool guard = false;          // the spike guard judges each step, and is timed alone after
 };
 
 void usage() {
@@ -83,10 +89,11 @@ void usage() {
       "                   [--device cuda|cpu] [--dtype bf16|fp32] [--cuda-graph]\n"
       "                   [--matmul-precision high|highest|medium] [--peak-tflops F]\n"
       "                   [--recompute none|mlp|block] [--fit-batch] [--sdpa auto|flash|cudnn|efficient|math]\n"
-      "                   [--profile TRACE.json] [--profile-steps N]\n"
+      "                   [--profile TRACE.json] [--profile-steps N] [--guard]\n"
       "Times forward+backward+clip+AdamW of a GPT-2 preset on synthetic tokens, eager or as CUDA graphs.\n"
       "--peak-tflops: what MFU divides by (default: the GPU's from the built-in table; none: MFU is \"-\").\n"
-      "--fit-batch: halve --batch until a step fits in GPU memory, then time that batch.\n");
+      "--fit-batch: halve --batch until a step fits in GPU memory, then time that batch.\n"
+      "--guard: with the spike guard judging each step; its own work is then timed alone (share of the step).\n");
 }
 
 Options parse(int argc, char** argv) {
@@ -99,6 +106,10 @@ Options parse(int argc, char** argv) {
     }
     if (a == "--cuda-graph") {
       o.cuda_graph = true;
+      continue;
+    }
+    if (a == "--guard") {
+      o.guard = true;
       continue;
     }
     if (a == "--fit-batch") {
@@ -221,6 +232,9 @@ int main(int argc, char** argv) try {
   model->set_recompute(m::parse_recompute(o.recompute));
   m::AdamW opt(model->named_parameters());
   auto params = model->parameters();
+  // The schedule is the guard's table only: its size, not its values, is what costs.
+  std::optional<m::SpikeGuard> guard;
+  if (o.guard) guard.emplace(m::SpikeGuardOptions{}, m::LrSchedule{}, 100000, device);
   const bool autocast = o.dtype == "bf16";
   const auto peak = m::resolve_peak_flops(o.peak_tflops, cuda, m::device_name(device));
   const auto compute_dtype = autocast && cuda ? torch::kBFloat16 : torch::kFloat;
@@ -272,14 +286,18 @@ int main(int argc, char** argv) try {
       kept = std::max(kept, memory(false) - before);
       loss.backward();
       fwd_bwd_peak = std::max(fwd_bwd_peak, memory(true) - before);
-      m::clip_grad_norm(params, 1.0);
-      opt.step();
+      auto norm = m::clip_grad_norm(params, 1.0);
+      if (guard)
+        opt.step(guard->judge(loss, norm, opt));
+      else
+        opt.step();
       step_peak = std::max(step_peak, memory(true));
     }
     // After 3 eager steps, the graphs (captured by their first use, still in the warm-up).
     if (o.cuda_graph && !graphs && ++steps_done == 3) {
       opt.zero_grad();
-      graphs = std::make_unique<m::CapturedStep>(model, opt, m::CapturedStepOptions{o.batch, o.seq, 1, 1.0, autocast});
+      graphs = std::make_unique<m::CapturedStep>(
+          model, opt, m::CapturedStepOptions{o.batch, o.seq, 1, 1.0, autocast, guard ? &*guard : nullptr});
     }
   };
   // --fit-batch: the first step at each batch size is the trial; out of memory, half the batch.
@@ -330,6 +348,29 @@ int main(int argc, char** argv) try {
     cpu_ms = 1000.0 * (process_cpu_s() - c0) / o.steps;
   }
   if (graphs) step_peak = memory(true);  // replays: the graphs' pool, no per-phase figure
+  // The guard alone: what judge() adds to a step, issued as training issues it (eagerly; inside a
+  // graph it is the same kernels without their launches). The fused AdamW costs the same with a
+  // found_inf as without.
+  double guard_ms = NAN;
+  if (guard) {
+    const int calls = 200;
+    auto l = loss.detach().clone(), n = torch::ones({}, loss.options().dtype(torch::kFloat));
+    if (cuda) {
+      auto stream = at::accelerator::getCurrentStream(device.index());
+      c10::Event start(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      c10::Event stop(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+      torch::cuda::synchronize();
+      start.record(stream);
+      for (int i = 0; i < calls; ++i) guard->judge(l, n, opt);
+      stop.record(stream);
+      stop.synchronize();
+      guard_ms = start.elapsedTime(stop) / calls;
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < calls; ++i) guard->judge(l, n, opt);
+      guard_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / calls;
+    }
+  }
   const double peak_gib = static_cast<double>(step_peak) / (1 << 30);
   const double fwd_bwd_gib = static_cast<double>(fwd_bwd_peak) / (1 << 30);
   const double kept_gib = static_cast<double>(kept) / (1 << 30);
@@ -348,6 +389,9 @@ int main(int argc, char** argv) try {
               peak_gib, kept_gib, fwd_bwd_gib);
   if (!cuda) std::printf("  CPU %.1f ms/step", cpu_ms);
   std::printf("\n");
+  if (guard)
+    std::printf("guard %.4f ms a step (%s), %.3f%% of the step\n", guard_ms, cuda ? "device time" : "host time",
+                100.0 * guard_ms / ms);
   if (!o.profile.empty()) {
     // After the timing, so the profiler's own cost never enters ms/step.
     namespace prof = torch::autograd::profiler;
@@ -364,9 +408,9 @@ int main(int argc, char** argv) try {
   }
   std::printf(
       "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
-      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f attention=%s\n",
+      "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f attention=%s guard_ms=%.4f\n",
       mode.c_str(), ms, tok_s, mfu, peak_gib, static_cast<long long>(o.batch), o.recompute.c_str(),
-      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib, attention.c_str());
+      loss_path.fused ? "fused" : "chunked", peak.tflops, cpu_ms, kept_gib, fwd_bwd_gib, attention.c_str(), guard_ms);
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_model: %s\n", e.what());

@@ -100,6 +100,12 @@ std::string resume_command(const stages::RunPlan& plan) {
          " ranks, as before)";
 }
 
+// Why the spike guard stopped the run, "" when it did not.
+std::string guard_stop(stages::RunContext& ctx) {
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  return ctx.guard_stop;
+}
+
 // The last checkpoint written (or resumed from), "" when none.
 std::string last_checkpoint(stages::RunContext& ctx) {
   std::lock_guard<std::mutex> lock(ctx.mu);
@@ -224,6 +230,7 @@ int run_main(const std::vector<std::string>& args) {
     }
     if (!ctx.writer()) {
       rank->wait_for_others();  // (this rank may host the store: srun's first node's first task)
+      if (!guard_stop(ctx).empty()) return 1;
       if (plan.dp->stopped_early() != stages::DataParallel::EarlyStop::requested) return 0;
       return 128 + (signals.stop_signal() ? signals.stop_signal() : SIGINT);
     }
@@ -244,12 +251,23 @@ int run_main(const std::vector<std::string>& args) {
     if (!ckpt.empty()) ctx.log->error("last checkpoint: " + ckpt + " (continue with: " + resume_command(plan) + ")");
     return 1;
   }
+  // [training] steps counts updates; a step the spike guard skipped, or data it skipped, is a step
+  // without one.
+  const int64_t updates = ctx.updates.load();
+  const std::string of_total = updates == done ? " of " + std::to_string(ctx.cfg.training.steps)
+                                               : " (" + std::to_string(updates) + " of " +
+                                                     std::to_string(ctx.cfg.training.steps) + " updates)";
+  if (const std::string why = guard_stop(ctx); !why.empty()) {
+    ctx.log->error("pipeline run: the spike guard stopped the run at step " + std::to_string(done) + of_total + ": " + why);
+    if (!ckpt.empty()) ctx.log->error("last checkpoint: " + ckpt + " (continue with: " + resume_command(plan) + ")");
+    return 1;
+  }
   const auto early = plan.dp ? plan.dp->stopped_early() : stages::DataParallel::EarlyStop::none;
   const bool interrupted = engine.stop_requested() || early == stages::DataParallel::EarlyStop::requested;
   const int sig = signals.stop_signal() ? signals.stop_signal() : SIGINT;
-  if (interrupted || done < ctx.cfg.training.steps) {
+  if (interrupted || updates < ctx.cfg.training.steps) {
     std::string line = (interrupted && signals.stop_signal() ? stages::RunSignals::name(sig) + ": " : std::string()) +
-                       "stopped at step " + std::to_string(done) + " of " + std::to_string(ctx.cfg.training.steps);
+                       "stopped at step " + std::to_string(done) + of_total;
     if (early == stages::DataParallel::EarlyStop::out_of_data) line += " (a rank ran out of data)";
     if (plan.dp) line += " on all " + std::to_string(plan.dp->size()) + " ranks";
     line += ".";
@@ -275,6 +293,7 @@ int run_main(const std::vector<std::string>& args) {
     return interrupted ? 128 + sig : 0;
   }
   std::string line = "done: " + std::to_string(done) + " steps";
+  if (updates != done) line += " (" + std::to_string(updates) + " updates)";
   if (!ckpt.empty()) line += "; checkpoint " + ckpt;
   ctx.log->print(line);
   if (!ctx.run_dir.empty())

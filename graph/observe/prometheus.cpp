@@ -158,6 +158,7 @@ std::string prometheus_text(const Snapshot& s) {
     const char* name;
     const char* help;
     double scale;
+    const char* type = "gauge";
   };
   static const Figure figures[] = {
       {"step", "pipeline_train_step", "Optimizer steps completed.", 1},
@@ -172,6 +173,10 @@ std::string prometheus_text(const Snapshot& s) {
       {"mfu", "pipeline_train_mfu_ratio", "Model FLOPs utilization (share of the device's peak).", 1},
       {"device_busy", "pipeline_train_device_busy_ratio",
        "Busy share of the device over the last report (GPU time; host compute time on a CPU run).", 1},
+      {"guard_skips", "pipeline_train_guard_skips_total", "Steps the spike guard skipped ([training.guard]).", 1,
+       "counter"},
+      {"guard_rollbacks", "pipeline_train_guard_rollbacks_total",
+       "Rollbacks of the spike guard to an earlier checkpoint ([training.guard]).", 1, "counter"},
   };
   for (const Figure& f : figures) {
     bool have = false;
@@ -179,7 +184,7 @@ std::string prometheus_text(const Snapshot& s) {
     for (const auto& [key, x] : s.train)
       if (key == f.key) have = true, value = x;
     if (!have) continue;
-    w.family(f.name, "gauge", f.help);
+    w.family(f.name, f.type, f.help);
     w.sample("rank=\"0\"", value * f.scale);
   }
 

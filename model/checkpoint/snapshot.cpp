@@ -3,6 +3,7 @@
 
 #include <c10/core/StreamGuard.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -164,6 +165,14 @@ CheckpointState SnapshotPool::take(int64_t step, std::string metadata) {
   state.optimizer = s.optimizer;
   capture_rng_states(state);
   return state;
+}
+
+std::chrono::nanoseconds SnapshotPool::wait_idle() {
+  Shared& sh = *shared_;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock lock(sh.mu);
+  sh.cv.wait(lock, [&] { return std::none_of(sh.out.begin(), sh.out.end(), [](bool o) { return o; }); });
+  return std::chrono::steady_clock::now() - t0;
 }
 
 void SnapshotPool::order_before_update() {

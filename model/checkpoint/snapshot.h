@@ -53,6 +53,10 @@ class SnapshotPool {
   /// take(): call before anything updates the weights or the optimizer state in place.
   void order_before_update();
 
+  /// Blocks until every set is back (each snapshot taken so far written, or dropped, by whoever
+  /// held it); returns how long it waited.
+  std::chrono::nanoseconds wait_idle();
+
   int sets() const;
   /// Host buffers allocated so far (two per set, all at construction).
   int64_t allocations() const { return allocations_; }

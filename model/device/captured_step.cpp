@@ -105,11 +105,14 @@ void CapturedStep::micro_batch(const torch::Tensor& rows, int64_t micro) {
 
 std::pair<torch::Tensor, torch::Tensor> CapturedStep::update(double lr) {
   Impl& s = *impl_;
-  s.opt.set_lr(lr);  // a fill kernel on the current stream, before the replay reads it
+  if (!s.o.guard) s.opt.set_lr(lr);  // a fill kernel on the current stream, before the replay reads it
   if (!s.update) {
     s.update = s.capture([&] {
       s.norm = clip_grad_norm(s.params, s.o.grad_clip > 0 ? s.o.grad_clip : 1e30);
-      s.opt.step();
+      if (s.o.guard)
+        s.opt.step(s.o.guard->judge(s.loss_sum, s.norm, s.opt));
+      else
+        s.opt.step();
     });
   }
   s.update->replay();

@@ -14,7 +14,8 @@
 //   first  micro-batch 0: forward, backward into gradients that did not exist (they become
 //          the graph's static gradients), loss -> the loss sum
 //   accum  micro-batches 1..accum-1: forward, backward accumulating into those gradients
-//   update clip + AdamW
+//   update clip + AdamW (with a spike guard: clip, the guard's verdict and learning rate, then
+//          AdamW told by the verdict whether to change anything; model/net/spike_guard.h)
 // The caller runs ~3 eager steps first (cuBLAS handles, workspaces and the optimizer's first
 // state are made outside capture), with zero_grad(set_to_none) after each; after capture it must
 // not touch the gradients again (they live in the graph's pool).
@@ -25,6 +26,7 @@
 
 #include "model/net/gpt2.h"
 #include "model/net/optim.h"
+#include "model/net/spike_guard.h"
 
 namespace pipeline::model {
 
@@ -33,6 +35,9 @@ struct CapturedStepOptions {
   int64_t accum = 1;        // micro-batches per optimizer step
   double grad_clip = 1.0;   // 0: no clipping (the norm is still computed)
   bool autocast = true;     // bf16 autocast around forward and loss
+  /// Judged inside the update graph, which then takes its learning rate from the guard (the
+  /// caller keeps it alive as long as this object); null: no guard.
+  SpikeGuard* guard = nullptr;
 };
 
 /// Example (on the thread and stream that train, after 3 eager steps):
@@ -54,7 +59,8 @@ class CapturedStep {
 
   /// Writes `lr` into the optimizer's device tensor and replays clip + AdamW. Returns the loss
   /// (mean over the step's micro-batches) and the gradient norm before clipping, 0-dim fp32
-  /// device tensors that the next step overwrites: copy them out on the same stream first.
+  /// device tensors that the next step overwrites: copy them out on the same stream first. With
+  /// a guard, `lr` is not used (the guard's table gives the rate) and its verdict() is this step's.
   std::pair<torch::Tensor, torch::Tensor> update(double lr);
 
  private:

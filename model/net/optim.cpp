@@ -1,6 +1,8 @@
 // AdamW (fused kernel or plain tensor ops, both without host syncs) and gradient clipping.
 #include "model/net/optim.h"
 
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
@@ -72,7 +74,21 @@ void AdamW::zero_grad() {
   }
 }
 
-void AdamW::step() {
+void AdamW::set_lr(const torch::Tensor& lr) {
+  lr_host_ = std::numeric_limits<double>::quiet_NaN();
+  lr_.copy_(lr.reshape({}));
+}
+
+void AdamW::step() { step_all(nullptr); }
+
+void AdamW::step(const torch::Tensor& found_inf) {
+  TORCH_CHECK(found_inf.numel() == 1 && found_inf.scalar_type() == torch::kFloat && found_inf.device() == lr_.device(),
+              "AdamW::step: found_inf must be one float32 on ", lr_.device(), ", got ", found_inf.sizes(), " ",
+              found_inf.scalar_type(), " on ", found_inf.device());
+  step_all(&found_inf);
+}
+
+void AdamW::step_all(const torch::Tensor* found_inf) {
   torch::NoGradGuard no_grad;
   for (auto& g : groups_) {
     std::vector<size_t> active;
@@ -80,11 +96,11 @@ void AdamW::step() {
     for (size_t i = 0; i < g.params.size(); ++i) {
       if (g.params[i].grad().defined()) active.push_back(i);
     }
-    if (!active.empty()) step_group(g, active);
+    if (!active.empty()) step_group(g, active, found_inf);
   }
 }
 
-void AdamW::step_group(Group& g, const std::vector<size_t>& active) {
+void AdamW::step_group(Group& g, const std::vector<size_t>& active, const torch::Tensor* found_inf) {
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
   for (size_t i : active) {
     params.push_back(g.params[i]);
@@ -95,14 +111,26 @@ void AdamW::step_group(Group& g, const std::vector<size_t>& active) {
   }
   const double b1 = options_.beta1, b2 = options_.beta2;
   // Both kernels read the already-incremented step for the bias correction (as torch.optim does).
-  at::_foreach_add_(steps, 1);
+  // A skipped step adds 0 (1 - found_inf): the count stays, exactly.
+  if (found_inf)
+    at::_foreach_add_(steps, 1.0 - *found_inf);
+  else
+    at::_foreach_add_(steps, 1);
   if (options_.fused) {
+    // found_inf = 1: the kernel returns before touching anything (AMP's skipped step).
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_, b1,
-                      b2, g.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false);
+                      b2, g.weight_decay, options_.eps, /*amsgrad=*/false, /*maximize=*/false,
+                      /*grad_scale=*/std::nullopt,
+                      found_inf ? std::optional<torch::Tensor>(*found_inf) : std::optional<torch::Tensor>());
     return;
   }
   // Plain version, kept as a cross-check of the fused kernel: every scalar that depends on the
-  // step or the learning rate stays a tensor, so this path does not sync either.
+  // step or the learning rate stays a tensor, so this path does not sync either. A step that may
+  // be skipped is computed in place as usual and then undone where found_inf says so, from copies.
+  std::vector<torch::Tensor> before;
+  if (found_inf)
+    for (size_t i = 0; i < params.size(); ++i)
+      before.insert(before.end(), {params[i].clone(), exp_avgs[i].clone(), exp_avg_sqs[i].clone()});
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];
     const auto& grad = grads[i];
@@ -113,6 +141,13 @@ void AdamW::step_group(Group& g, const std::vector<size_t>& active) {
     auto bias2_sqrt = (1.0 - torch::pow(b2, steps[i])).sqrt();  // 0-dim
     auto denom = (exp_avg_sqs[i].sqrt() / bias2_sqrt).add_(options_.eps);
     p.sub_(exp_avgs[i] / denom * (lr_ / bias1));
+  }
+  if (!found_inf) return;
+  const auto skip = found_inf->reshape({}).gt(0.5);  // () bool
+  for (size_t i = 0; i < params.size(); ++i) {
+    params[i].copy_(torch::where(skip, before[3 * i], params[i]));
+    exp_avgs[i].copy_(torch::where(skip, before[3 * i + 1], exp_avgs[i]));
+    exp_avg_sqs[i].copy_(torch::where(skip, before[3 * i + 2], exp_avg_sqs[i]));
   }
 }
 

@@ -36,11 +36,17 @@ class AdamW {
 
   /// One update of every parameter that has a gradient (those without are skipped).
   void step();
+  /// The same, unless `found_inf` (0-dim float32 on the parameters' device) is 1: then nothing
+  /// changes, neither weights nor moments nor step counts, whatever the gradients hold (NaN
+  /// included). Decided on the device, with no host sync (model/net/spike_guard.h).
+  void step(const torch::Tensor& found_inf);
   /// Drops the gradients (set to undefined, as PyTorch's set_to_none=True).
   void zero_grad();
 
   /// Writes the learning rate into the device tensor (a fill kernel, not a sync).
   void set_lr(double lr);
+  /// Copies a 0-dim rate computed on the device (no sync; lr() is then unknown, NaN).
+  void set_lr(const torch::Tensor& lr);
   double lr() const { return lr_host_; }
   const AdamWOptions& options() const { return options_; }
 
@@ -61,7 +67,8 @@ class AdamW {
     std::vector<torch::Tensor> params, exp_avgs, exp_avg_sqs, steps;
   };
   void init(const NamedTensors& named_params);
-  void step_group(Group& g, const std::vector<size_t>& active);
+  void step_group(Group& g, const std::vector<size_t>& active, const torch::Tensor* found_inf);
+  void step_all(const torch::Tensor* found_inf);
 
   AdamWOptions options_;
   Group groups_[2];  // [0] decay, [1] no decay

@@ -8,6 +8,10 @@
 
 namespace pipeline::model {
 
+/// The most updates a table of the schedule on the device covers (the spike guard's,
+/// model/net/spike_guard.h): AdamW's float32 step counts are exact that far.
+inline constexpr int64_t kLrTableMaxSteps = int64_t{1} << 24;
+
 /// Example:
 ///   LrSchedule sched{.lr_max = 6e-4, .lr_min = 6e-5, .warmup_steps = 700, .total_steps = 19073};
 ///   optimizer.set_lr(sched.at(step));
