@@ -113,8 +113,9 @@ const std::vector<config::Schema>& run_schemas() {
                 {"none", "mlp", "block"});
     s.emplace_back("training.guard");
     s.back()
-        .boolean("enabled", true,
-                 "skip a step whose loss or gradient norm is not finite or lies more than z deviations above its "
+        .boolean("enabled", false,
+                 "off by default (a run that is not healthy, or a warm-up's first steps, can look like a spike: "
+                 "turn it on with thresholds measured on your run); skip a step whose loss or gradient norm is not finite or lies more than z deviations above its "
                  "running mean (no update, the data consumed; the schedule counts updates), and roll back to the "
                  "last checkpoint after max_skips skips in a row (docs/robustness.md)")
         .integer("window", 100, "steps let through whose loss and gradient norm make the running mean and deviation",
@@ -300,17 +301,10 @@ RunConfig resolve_run_config(const config::Document& doc, const fs::path& source
                                      std::to_string(guard.min_steps));
     guard.min_steps = guard.window;  // a short window set alone: judged once it is full
   }
-  if (guard.enabled && rc.training.steps > model::kLrTableMaxSteps) {
-    if (g.was_set("enabled"))
-      throw g.error("enabled", "the guard's learning-rate table covers at most " +
-                                   std::to_string(model::kLrTableMaxSteps) + " steps, and [training] steps = " +
-                                   std::to_string(rc.training.steps));
-    // On by default only: off, and shown so in the settings table and the run's config.toml (which
-    // a resume reads back: `enabled = true` there would be this error); train's start-up line says why.
-    guard.enabled = false;
-    for (auto& s : rc.sections)
-      if (s.name() == "training.guard") s.set("enabled", false, config::Location{"[training] steps", 0});
-  }
+  if (guard.enabled && rc.training.steps > model::kLrTableMaxSteps)
+    throw g.error("enabled", "the guard's learning-rate table covers at most " +
+                                 std::to_string(model::kLrTableMaxSteps) + " steps, and [training] steps = " +
+                                 std::to_string(rc.training.steps));
   for (const auto& text : g.get_string_list("skip_steps")) {
     auto range = parse_step_range(text);
     if (!range) throw g.error("skip_steps", "expected \"N\" or \"FROM-TO\" with 1 <= FROM <= TO, got \"" + text + "\"");

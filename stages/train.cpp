@@ -153,9 +153,6 @@ class Train : public graph::Stage {
                                                             std::to_string(step_) + " steps so far"
                                                       : ""));
     }
-    if (!g.enabled && cfg.training.steps > model::kLrTableMaxSteps)
-      rc_.log->print(name_ + ": spike guard off: [training] steps = " + std::to_string(cfg.training.steps) + " is past the " +
-                     std::to_string(model::kLrTableMaxSteps) + " updates its learning-rate table covers");
     rc_.updates.store(watch_.updates_known());
     describe_kernels();
     if (watch_.updates_known() >= cfg.training.steps) finish();
