@@ -183,7 +183,10 @@ TEST_CASE("block shards through S3 and HTTPS: every lane reads the local copy's 
   uint64_t unit_bytes = 0;
   for (const Unit& u : s3.sources[0].catalog->units) unit_bytes += u.bytes;
   CHECK(f.units > 0);
-  CHECK(f.hit_bytes >= unit_bytes * 3 / 4);  // most blocks came from the cache; the manifest and index on demand
+  // Every block was read, from the cache where the fetch threads were ahead of the lanes and on
+  // demand where not (how many of each depends on the machine's speed: under TSan, fewer hits).
+  CHECK(f.hit_bytes > 0);
+  CHECK(f.hit_bytes + f.miss_bytes >= unit_bytes);
   CHECK(f.cache_high_water <= f.cache_cap + 4096);  // the cap, and never more than a unit over
   SKIP_UNLESS(nginx());
   DataOrder https = open_data_order({{nginx().base() + "/lanes/blocks/"}}, order_options(https_store(cache.path)));
