@@ -554,7 +554,7 @@ TEST_CASE("two ranks take the spike guard's decisions together: the skips and th
   const std::vector<std::string> sets = {"training.steps=50",           "run.threads=1",
                                          "checkpoint.every=4",           "checkpoint.keep=100",
                                          "data.loop=false",              "optimizer.lr=1e-3",
-                                         "stages.read.chunk_tokens=64",  "training.guard.window=8",
+                                         "stages.read.chunk_tokens=64",  "training.guard.enabled=true", "training.guard.window=8",
                                          "training.guard.min_steps=6",   "training.guard.z=8",
                                          "training.guard.max_skips=3",   "training.guard.rollback_skip=8",
                                          "run.dist_timeout_s=60",        "run.dist_heartbeat_s=10",
