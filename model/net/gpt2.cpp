@@ -290,6 +290,17 @@ torch::Tensor cross_entropy_sum(const torch::Tensor& logits, const torch::Tensor
   return loss;
 }
 
+// The loss's gradient the forward saved, taken out of the context once: a second backward through
+// the same loss is refused (the fused losses keep no graph to run again).
+torch::Tensor take_saved_grad(torch::autograd::AutogradContext* ctx) {
+  auto it = ctx->saved_data.find("grad");
+  TORCH_CHECK(it != ctx->saved_data.end(),
+              "GPT::loss: backward ran twice through one loss (retain_graph is not supported by the fused loss)");
+  auto grad = it->second.toTensor();
+  ctx->saved_data.erase(it);
+  return grad;
+}
+
 // Autograd for the mean loss: the gradient was computed in forward; backward scales it by the
 // incoming gradient over the rows counted, in place (it is this node's own buffer, used once).
 class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealVocab> {
@@ -309,11 +320,7 @@ class CrossEntropyRealVocab : public torch::autograd::Function<CrossEntropyRealV
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto it = ctx->saved_data.find("grad");
-    TORCH_CHECK(it != ctx->saved_data.end(),
-                "GPT::loss: backward ran twice through one loss (retain_graph is not supported by the fused loss)");
-    auto grad = it->second.toTensor();
-    ctx->saved_data.erase(it);
+    auto grad = take_saved_grad(ctx);
     // No row counted: every row's gradient is zero already (and stays zero, not 0 * inf).
     const auto count = ctx->saved_data["count"].toTensor().clamp_min(1.0);
     grad.mul_(grad_out[0] / count);  // 0-dim tensors: no host sync
@@ -359,11 +366,7 @@ class CrossEntropyFusedCpu : public torch::autograd::Function<CrossEntropyFusedC
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_out) {
-    auto it = ctx->saved_data.find("grad");
-    TORCH_CHECK(it != ctx->saved_data.end(),
-                "GPT::loss: backward ran twice through one loss (retain_graph is not supported by the fused loss)");
-    auto grad = it->second.toTensor();
-    ctx->saved_data.erase(it);
+    auto grad = take_saved_grad(ctx);
     const float k = grad_out[0].item<float>();  // the CPU: no device to wait for
     if (k != 1.0f) grad.mul_(k);
     return {grad, torch::Tensor(), torch::Tensor()};
