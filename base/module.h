@@ -4,8 +4,10 @@
 // every other command.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace pipeline {
 
@@ -18,5 +20,26 @@ std::filesystem::path executable_dir(std::string& error);
 /// Null when either fails, with the loader's reason in `error` (which names the file). A module is never unloaded:
 /// neither LibTorch nor Arrow supports it.
 void* load_module_entry(const std::filesystem::path& path, const char* entry, std::string& error);
+
+/// The module of the first of `candidates` that loads and whose `entry` (a function returning
+/// `const Module*`) gives a module of interface `version` (Module::version); null when none does,
+/// with why each was refused (not loaded, or a module from another build) added to `tried`.
+template <class Module>
+const Module* load_versioned_module(const std::vector<std::filesystem::path>& candidates, const char* entry,
+                                    uint32_t version, std::string& tried) {
+  for (const auto& path : candidates) {
+    std::string why;
+    auto fn = reinterpret_cast<const Module* (*)()>(load_module_entry(path, entry, why));
+    if (!fn) {
+      tried += "\n  " + why;
+      continue;
+    }
+    const Module* module = fn();
+    if (module->version == version) return module;
+    tried += "\n  " + path.string() + ": interface version " + std::to_string(module->version) + ", expected " +
+             std::to_string(version) + " (a module from another build)";
+  }
+  return nullptr;
+}
 
 }  // namespace pipeline

@@ -21,18 +21,8 @@ const RemoteModule& load_remote_module(const std::string& source) {
   candidates.emplace_back(PIPELINE_REMOTE_MODULE_PATH);
 #endif
   std::string tried;
-  for (const fs::path& path : candidates) {
-    std::string why;
-    auto entry = reinterpret_cast<RemoteModuleEntry>(load_module_entry(path, kRemoteModuleEntry, why));
-    if (!entry) {
-      tried += "\n  " + why;
-      continue;
-    }
-    const RemoteModule* module = entry();
-    if (module->version == kRemoteModuleVersion) return *module;
-    tried += "\n  " + path.string() + ": interface version " + std::to_string(module->version) + ", expected " +
-             std::to_string(kRemoteModuleVersion) + " (a module from another build)";
-  }
+  if (const auto* module = load_versioned_module<RemoteModule>(candidates, kRemoteModuleEntry, kRemoteModuleVersion, tried))
+    return *module;
   throw DatasetError(redact_urls(source) + ": reading a remote source needs " + kRemoteModuleFile +
                      ", which did not load:" + tried +
                      "\n(it is built with the datasets library, beside the pipeline executable: "

@@ -28,22 +28,9 @@ std::vector<fs::path> parquet_module_candidates() {
 
 const ParquetModule& load_parquet_module(const std::vector<fs::path>& candidates, const std::string& source) {
   std::string tried;
-  for (const fs::path& path : candidates) {
-    // A module that loads but is refused below stays loaded: Arrow does not support unloading.
-    std::string error;
-    auto entry = reinterpret_cast<ParquetModuleEntry>(load_module_entry(path, kParquetModuleEntry, error));
-    if (!entry) {
-      tried += "\n  " + error;
-      continue;
-    }
-    const ParquetModule* module = entry();
-    if (module->version != kParquetModuleVersion) {
-      tried += "\n  " + path.string() + ": interface version " + std::to_string(module->version) + ", expected " +
-               std::to_string(kParquetModuleVersion) + " (a module from another build)";
-      continue;
-    }
+  // A module that loads but is refused stays loaded: Arrow does not support unloading.
+  if (const auto* module = load_versioned_module<ParquetModule>(candidates, kParquetModuleEntry, kParquetModuleVersion, tried))
     return *module;
-  }
   throw DatasetError(source + ": reading Parquet needs Arrow C++ through " + kParquetModuleFile +
                      ", which did not load:" + tried +
                      "\n(it is built with the datasets library, beside the pipeline executable: "
