@@ -141,6 +141,10 @@ TEST_CASE("remote URLs: forms, redaction, brace patterns and list files") {
   CHECK(contains(error_of([] { io::parse_remote_url("ftp://h/x"); }), "not read"));
   CHECK(contains(error_of([] { io::parse_remote_url("https://h/a b"); }), "printable ASCII"));
   CHECK(contains(error_of([] { io::parse_remote_url("https://h/a/../b"); }), "'..'"));
+  // hf:// splices its parts into a path: a query or a dot segment there would not parse back.
+  CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/.?w.x"); }), "no query string"));
+  CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/n@../x"); }), "'..'"));
+  CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/./x"); }), "'.'"));
 
   CHECK(io::expand_braces("f_{008..011}.bin") == std::vector<std::string>{"f_008.bin", "f_009.bin", "f_010.bin", "f_011.bin"});
   CHECK(io::expand_braces("{a,b}/{1..2}") == std::vector<std::string>{"a/1", "a/2", "b/1", "b/2"});

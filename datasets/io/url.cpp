@@ -53,6 +53,8 @@ RemoteUrl parse_hf(std::string_view text, std::string_view rest, const HubEndpoi
   if (rest.substr(0, kDatasets.size()) != kDatasets)
     bad(text, "an hf:// URL names a dataset: hf://datasets/ORG/NAME[@REVISION]/PATH");
   rest.remove_prefix(kDatasets.size());
+  // The revision is the '@' part; a query would be spliced into the resolved path.
+  if (rest.find('?') != std::string_view::npos) bad(text, "an hf:// URL takes no query string (a revision is NAME@REVISION)");
   const size_t org_end = rest.find('/');
   if (org_end == std::string_view::npos || org_end == 0) bad(text, "no ORG/NAME after hf://datasets/");
   const size_t name_end = rest.find('/', org_end + 1);
@@ -77,6 +79,7 @@ RemoteUrl parse_hf(std::string_view text, std::string_view rest, const HubEndpoi
   std::string prefix = base.path;
   if (prefix.empty() || prefix.back() != '/') prefix += '/';
   base.path = prefix + "datasets/" + std::string(repo) + "/resolve/" + revision + "/" + std::string(path);
+  if (has_dot_segment(base.path)) bad(text, "'.' and '..' path segments are not taken");
   return base;
 }
 
