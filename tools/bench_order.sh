@@ -6,15 +6,17 @@
 #
 #   tools/bench_order.sh BASE_BUILD NEW_BUILD [TRIALS] [SECONDS] [COPIES]
 #
-#   W = 1: BUILD/tools/bench_input (read_shards -> tokenize x auto -> pack, B = 16, T = 1024) on the
-#          bundled tiny-shakespeare of each build's own checkout, looping, SECONDS a trial after a
-#          2 s warm-up: MB/s of text, and MB per CPU-second of the process (which holds better
-#          than MB/s on a loaded machine).
+#   W = 1: BUILD/tools/bench_input (read_shards -> tokenize x auto -> pack, B = 16, T = 1024),
+#          looping, SECONDS a trial after a 2 s warm-up, on the corpus below as each build's own
+#          `pipeline prepare` writes it with its defaults (one zstd frame a shard before, blocks of
+#          64 KiB after): MB/s of text, and MB per CPU-second of the process (which holds better
+#          than MB/s on a loaded machine). And on the bundled tiny-shakespeare of each build's own
+#          checkout (1.1 MB, level 19: one frame before, blocks of 16 KiB after): MB/s.
 #   W = 2: two ranks under torchrun (CPU, Gloo), `pipeline run` of the input side alone (no
-#          model: read_shards -> tokenize x auto -> pack) once over COPIES copies of
-#          tiny-shakespeare, prepared by each build's own `pipeline prepare` (format 1 before
-#          block shards, block shards after): MB/s of text, the corpus over the slower rank's time
-#          (from rank 0's stats_summary.json; start-up not counted).
+#          model: read_shards -> tokenize x auto -> pack) once over the corpus: MB/s of text, the
+#          corpus over the slower rank's time (from rank 0's stats_summary.json; start-up not
+#          counted).
+#   The corpus: COPIES copies of tiny-shakespeare, each line's words shuffled per copy (below).
 # Defaults: 5 trials, 10 s, 40 copies (44 MB). Each line is a trial; the last lines are the
 # medians and NEW / BASE. Needs set-up's torchrun (~/.cache/pipeline/torch-2.11.0/bin/torchrun,
 # or TORCHRUN) and python3.
@@ -38,9 +40,23 @@ done
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# The W = 2 corpus, and each build's dataset of it.
+# The corpus, and each build's dataset of it (`pipeline prepare` with that build's defaults).
+# Copy k of tiny-shakespeare has the words of each line shuffled by a seed of (k, line): the same
+# words and pieces for the tokenizer, but no copy repeats another. Copies of one text would let a
+# shard of one zstd frame (format 1) decode the later copies as long matches, nearly for free,
+# where blocks of 64 KiB cannot reach back: a corpus no one trains on, favouring one layout.
 zstd -q -d -c "$ROOT/datasets/data/tinyshakespeare/tinyshakespeare.txt.zst" > "$WORK/one.txt"
-for _ in $(seq "$COPIES"); do cat "$WORK/one.txt"; printf '\n\n'; done > "$WORK/corpus.txt"
+python3 - "$WORK/one.txt" "$COPIES" > "$WORK/corpus.txt" <<'PY'
+import random, sys
+lines = open(sys.argv[1], encoding="utf-8").read().split("\n")
+out = sys.stdout
+for k in range(int(sys.argv[2])):
+    for i, line in enumerate(lines):
+        words = line.split(" ")
+        random.Random(k * 1_000_003 + i).shuffle(words)
+        out.write(" ".join(words) + "\n")
+    out.write("\n\n")
+PY
 CORPUS_BYTES=$(stat -c %s "$WORK/corpus.txt")
 for tag in base new; do
   build=$BASE
@@ -83,9 +99,9 @@ input = "tokenize"
 capacity = 64
 EOF
 
-# W = 1: "MB/s MB/CPU-s" of one bench_input trial.
+# W = 1: "MB/s MB/CPU-s" of one bench_input trial (a dataset given: on it; none: the bundled one).
 w1() {
-  "$1/tools/bench_input" --seconds "$SECONDS_" --warmup 2 --trials 1 |
+  "$1/tools/bench_input" --seconds "$SECONDS_" --warmup 2 --trials 1 ${2:+--dataset "$2"} |
     awk '$1 == "0" && $2 == "0" { print $3, $8 }'
 }
 
@@ -106,28 +122,30 @@ PY
 echo "load: $(uptime | sed 's/.*load average/load average/')"
 echo "base: $BASE"
 echo "new:  $NEW"
-echo "W = 2 corpus: $COPIES copies of tiny-shakespeare, $CORPUS_BYTES bytes"
-printf '%6s %-5s %12s %14s %12s\n' trial build "W=1 MB/s" "W=1 MB/CPU-s" "W=2 MB/s"
-declare -A r1 c1 r2
+echo "corpus: $COPIES copies of tiny-shakespeare, words shuffled per copy, $CORPUS_BYTES bytes"
+printf '%6s %-5s %12s %14s %14s %12s\n' trial build "W=1 MB/s" "W=1 MB/CPU-s" "bundled MB/s" "W=2 MB/s"
+declare -A r1 c1 rb r2
 for t in $(seq "$TRIALS"); do
   order=(base new)
   ((t % 2 == 0)) && order=(new base)  # alternate which goes first
   for tag in "${order[@]}"; do
     build=$BASE
     [[ $tag == new ]] && build=$NEW
-    read -r mbs cpu < <(w1 "$build")
+    read -r mbs cpu < <(w1 "$build" "$WORK/data_$tag")
+    read -r mbb _ < <(w1 "$build")
     mb2=$(w2 "$build" "$tag" "$t")
     r1[$tag]+="$mbs "
     c1[$tag]+="$cpu "
+    rb[$tag]+="$mbb "
     r2[$tag]+="$mb2 "
-    printf '%6d %-5s %12s %14s %12s\n' "$t" "$tag" "$mbs" "$cpu" "$mb2"
+    printf '%6d %-5s %12s %14s %14s %12s\n' "$t" "$tag" "$mbs" "$cpu" "$mbb" "$mb2"
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-printf '%6s %-5s %12s %14s %12s\n' median base "$(median <<<"${r1[base]}")" "$(median <<<"${c1[base]}")" "$(median <<<"${r2[base]}")"
-printf '%6s %-5s %12s %14s %12s\n' median new "$(median <<<"${r1[new]}")" "$(median <<<"${c1[new]}")" "$(median <<<"${r2[new]}")"
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f%%", 100 * a / b }'; }
-printf '%6s %-5s %12s %14s %12s\n' "" "new/base" \
-  "$(ratio "$(median <<<"${r1[new]}")" "$(median <<<"${r1[base]}")")" \
-  "$(ratio "$(median <<<"${c1[new]}")" "$(median <<<"${c1[base]}")")" \
-  "$(ratio "$(median <<<"${r2[new]}")" "$(median <<<"${r2[base]}")")"
+for tag in base new; do
+  printf '%6s %-5s %12s %14s %14s %12s\n' median "$tag" "$(median <<<"${r1[$tag]}")" "$(median <<<"${c1[$tag]}")" \
+    "$(median <<<"${rb[$tag]}")" "$(median <<<"${r2[$tag]}")"
+done
+ratio() { awk -v a="$(median <<<"$1")" -v b="$(median <<<"$2")" 'BEGIN { printf "%.1f%%", 100 * a / b }'; }
+printf '%6s %-5s %12s %14s %14s %12s\n' "" "new/base" "$(ratio "${r1[new]}" "${r1[base]}")" \
+  "$(ratio "${c1[new]}" "${c1[base]}")" "$(ratio "${rb[new]}" "${rb[base]}")" "$(ratio "${r2[new]}" "${r2[base]}")"

@@ -23,9 +23,18 @@ std::string version_of(const struct stat& st) {
   return std::to_string(ns) + ":" + std::to_string(st.st_size);
 }
 
+DatasetError changed(const std::string& uri, uint64_t listed_size, uint64_t size_now) {
+  return DatasetError(uri + ": the file changed after the run listed it (" + std::to_string(listed_size) + " bytes then, " +
+                      std::to_string(size_now) + " now): a run never mixes two versions of a file");
+}
+
 class LocalFile : public RangeFile {
  public:
   LocalFile(int fd, fs::path path, uint64_t size) : fd_(fd), path_(std::move(path)), name_(path_.string()), size_(size) {}
+  /// Every read first checks that the file is still the version a listing recorded (its
+  /// modification time and size): a reader that keeps the file open across units (unit_reader)
+  /// never reads a file rewritten in place. One replaced by a rename is still the open one.
+  void expect_version(std::string listed) { listed_ = std::move(listed); }
   ~LocalFile() override { ::close(fd_); }
   LocalFile(const LocalFile&) = delete;
   LocalFile& operator=(const LocalFile&) = delete;
@@ -35,6 +44,7 @@ class LocalFile : public RangeFile {
   fs::path local_path() const override { return path_; }
 
   size_t read_at(uint64_t offset, void* out, size_t n) override {
+    if (!listed_.empty()) check_listed();
     size_t done = 0;
     while (done < n && offset + done < size_) {
       const ssize_t k = ::pread(fd_, static_cast<char*>(out) + done, n - done, static_cast<off_t>(offset + done));
@@ -54,6 +64,13 @@ class LocalFile : public RangeFile {
   fs::path path_;
   std::string name_;
   uint64_t size_;
+  std::string listed_;
+
+  void check_listed() const {
+    struct stat st{};
+    if (::fstat(fd_, &st) != 0 || version_of(st) != listed_)
+      throw changed(name_, size_, static_cast<uint64_t>(st.st_size));
+  }
 };
 
 }  // namespace
@@ -107,8 +124,8 @@ std::unique_ptr<RangeFile> LocalStore::open(const ObjectInfo& info) {
   auto file = open_local_file(info.uri);
   struct stat st{};
   if (::stat(info.uri.c_str(), &st) != 0 || version_of(st) != info.version || file->size() != info.size)
-    throw DatasetError(info.uri + ": the file changed after the run listed it (" + std::to_string(info.size) +
-                       " bytes then, " + std::to_string(file->size()) + " now): a run never mixes two versions of a file");
+    throw changed(info.uri, info.size, file->size());
+  static_cast<LocalFile&>(*file).expect_version(info.version);
   return file;
 }
 

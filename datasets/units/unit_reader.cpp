@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <string>
 
@@ -228,9 +229,6 @@ class ParquetDocuments final : public DocumentUnit {
   std::unique_ptr<ParquetRowCursor> cursor_;
 };
 
-// Parquet files kept open by an opener: a unit in one of them reads no footer again.
-constexpr size_t kParquetFilesOpen = 16;
-
 // Unit `index` of a catalogue that must hold `wanted`.
 const Unit& unit_of(const Catalog& c, uint64_t index, UnitContent wanted) {
   if (c.content != wanted)
@@ -242,21 +240,48 @@ const Unit& unit_of(const Catalog& c, uint64_t index, UnitContent wanted) {
   return c.units[index];
 }
 
-// A block shard's unit: its block read by its byte range and decoded whole.
-std::vector<char> block_payload(io::Store& store, BlockDecoder& decoder, const Catalog& c, const Unit& u, ShardKind kind) {
-  const auto file = store.open(c.files[u.file].object);
-  std::vector<char> payload;
-  const uint64_t items = kind == ShardKind::text ? u.text_bytes : u.items;
-  decoder.decode(*file, kind, {u.offset, u.bytes, u.documents, items}, u.place, payload);
-  return payload;
+// Files kept open by an opener (most recently used first): Parquet files, whose footers are read
+// once, and a local source's block shards, whose blocks (16-64 KiB) would otherwise each cost an
+// open and a close.
+constexpr size_t kFilesOpen = 16;
+
+template <typename File>
+File& kept_open(std::list<std::pair<uint32_t, File>>& open, uint32_t file, const std::function<File()>& make) {
+  auto it = std::find_if(open.begin(), open.end(), [&](const auto& f) { return f.first == file; });
+  if (it == open.end()) {
+    open.emplace_front(file, make());
+    if (open.size() > kFilesOpen) open.pop_back();
+  } else {
+    open.splice(open.begin(), open, it);
+  }
+  return open.front().second;
 }
 
 }  // namespace
 
 struct UnitOpener::Shared {
   BlockDecoder decoder;
-  std::list<std::pair<uint32_t, std::shared_ptr<ParquetFile>>> parquet;  // most recently used first
+  std::list<std::pair<uint32_t, std::shared_ptr<ParquetFile>>> parquet;
+  std::list<std::pair<uint32_t, std::shared_ptr<io::RangeFile>>> blocks;  // local stores only
 };
+
+// A block shard's unit: its block read by its byte range and decoded whole. A remote store's
+// file is opened for each unit (its cache lets a unit go when the lanes are done with it).
+namespace {
+
+std::vector<char> block_payload(io::Store& store, UnitOpener::Shared& shared, const Catalog& c, const Unit& u,
+                                ShardKind kind) {
+  const io::ObjectInfo& info = c.files[u.file].object;
+  std::shared_ptr<io::RangeFile> file =
+      store.remote() ? std::shared_ptr<io::RangeFile>(store.open(info))
+                     : kept_open<std::shared_ptr<io::RangeFile>>(shared.blocks, u.file, [&] { return store.open(info); });
+  std::vector<char> payload;
+  const uint64_t items = kind == ShardKind::text ? u.text_bytes : u.items;
+  shared.decoder.decode(*file, kind, {u.offset, u.bytes, u.documents, items}, u.place, payload);
+  return payload;
+}
+
+}  // namespace
 
 UnitOpener::UnitOpener(io::Store& store, std::shared_ptr<const Catalog> catalog)
     : store_(store), catalog_(std::move(catalog)), shared_(std::make_unique<Shared>()) {}
@@ -268,20 +293,14 @@ std::unique_ptr<DocumentUnit> UnitOpener::documents(uint64_t index) {
   const io::ObjectInfo& info = c.files[u.file].object;
   switch (c.format) {
     case SourceFormat::shards_v2:
-      return std::make_unique<BlockDocuments>(block_payload(store_, shared_->decoder, c, u, ShardKind::text), c, u);
+      return std::make_unique<BlockDocuments>(block_payload(store_, *shared_, c, u, ShardKind::text), c, u);
     case SourceFormat::shards_v1:
       return std::make_unique<StreamDocuments>(store_.open(info), c, u);
     case SourceFormat::parquet: {
-      auto& open = shared_->parquet;
-      auto it = std::find_if(open.begin(), open.end(), [&](const auto& f) { return f.first == u.file; });
-      if (it == open.end()) {
-        std::shared_ptr<io::RangeFile> file = store_.open(info);
-        open.emplace_front(u.file, parquet_module(c.source).open_range_file(std::move(file), c.column));
-        if (open.size() > kParquetFilesOpen) open.pop_back();
-      } else {
-        open.splice(open.begin(), open, it);
-      }
-      return std::make_unique<ParquetDocuments>(open.front().second, c, u);
+      auto file = kept_open<std::shared_ptr<ParquetFile>>(shared_->parquet, u.file, [&] {
+        return parquet_module(c.source).open_range_file(std::shared_ptr<io::RangeFile>(store_.open(info)), c.column);
+      });
+      return std::make_unique<ParquetDocuments>(std::move(file), c, u);
     }
     case SourceFormat::llmc:
       break;
@@ -295,7 +314,7 @@ std::unique_ptr<TokenUnit> UnitOpener::tokens(uint64_t index) {
   const io::ObjectInfo& info = c.files[u.file].object;
   switch (c.format) {
     case SourceFormat::shards_v2:
-      return std::make_unique<BlockTokens>(block_payload(store_, shared_->decoder, c, u, ShardKind::tokens), c, u);
+      return std::make_unique<BlockTokens>(block_payload(store_, *shared_, c, u, ShardKind::tokens), c, u);
     case SourceFormat::shards_v1:
       return std::make_unique<StreamTokens>(store_.open(info), c, u);
     case SourceFormat::llmc:
