@@ -406,6 +406,15 @@ int main(int argc, char** argv) try {
     prof::disableProfiler()->save(o.profile);
     std::printf("profile of %d steps: %s\n", o.profile_steps, o.profile.c_str());
   }
+  if (!cuda) {
+    const auto c = m::cpu_block_cache_stats();
+    if (c.requests > 0)
+      std::printf("CPU block cache: %llu requests of 1 MiB or more, %llu served by a kept block, %llu mapped, %llu "
+                  "unmapped past the bound; peak in use %.3f GiB, kept now %.3f GiB\n",
+                  static_cast<unsigned long long>(c.requests), static_cast<unsigned long long>(c.reused),
+                  static_cast<unsigned long long>(c.mapped), static_cast<unsigned long long>(c.unmapped),
+                  static_cast<double>(c.peak_in_use_bytes) / double(1 << 30), static_cast<double>(c.kept_bytes) / double(1 << 30));
+  }
   std::printf(
       "result mode=%s ms_per_step=%.3f tokens_per_s=%.0f mfu=%.4f peak_gib=%.3f batch=%lld recompute=%s loss=%s "
       "peak_tflops=%g cpu_ms_per_step=%.3f kept_gib=%.3f fwd_bwd_gib=%.3f attention=%s guard_ms=%.4f\n",

@@ -9,9 +9,11 @@
 // 2 MiB boundaries and advised as transparent huge pages (fewer faults and TLB misses where they
 // must be mapped). Smaller requests go to LibTorch's own allocator, as before.
 //
-// Bounds: the free blocks kept never exceed the most bytes the cache's blocks held in use at
-// once (at least `min_kept_bytes`), so memory stays within twice the working set of large
-// tensors; past that, the blocks freed longest ago are unmapped. What is computed never changes:
+// Bounds: the free blocks kept never exceed twice the most bytes the cache's blocks held in use
+// at once (at least `min_kept_bytes`), so memory stays within three times the working set of
+// large tensors; past that, the blocks freed longest ago are unmapped. Twice, because a step's
+// large tensors are not all alive at once: bounded by the peak itself, a step unmapped one of its
+// blocks and mapped it again every step. What is computed never changes:
 // only where a tensor's bytes live.
 //
 // c10 keeps one CPU allocator per process and tensors may be freed on any thread until the
@@ -26,6 +28,9 @@
 #include <cstdint>
 
 namespace pipeline::model {
+
+/// The free blocks kept are bounded by this many times the peak in use (see above).
+inline constexpr size_t kCpuBlocksKeptPerPeak = 2;
 
 struct CpuBlockCacheOptions {
   size_t min_bytes = size_t{1} << 20;        // smaller requests go to LibTorch's allocator
