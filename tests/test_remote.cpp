@@ -145,6 +145,9 @@ TEST_CASE("remote URLs: forms, redaction, brace patterns and list files") {
   CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/.?w.x"); }), "no query string"));
   CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/n@../x"); }), "'..'"));
   CHECK(contains(error_of([] { io::parse_remote_url("hf://datasets/o/./x"); }), "'.'"));
+  // Text after a printed query is the URL's: printing again changes nothing.
+  CHECK(io::redact_urls("see https://h/a#frag?<redacted>tail and more") == "see https://h/a and more");
+  CHECK(io::redact_urls("see https://h/a?<redacted>tail") == "see https://h/a?<redacted>");
 
   CHECK(io::expand_braces("f_{008..011}.bin") == std::vector<std::string>{"f_008.bin", "f_009.bin", "f_010.bin", "f_011.bin"});
   CHECK(io::expand_braces("{a,b}/{1..2}") == std::vector<std::string>{"a/1", "a/2", "b/1", "b/2"});

@@ -185,9 +185,15 @@ std::string redact_urls(std::string_view text) {
     if (mark == std::string_view::npos) break;
     size_t start = mark;
     while (start > i && scheme_char(text[start - 1])) --start;
+    // The URL runs to the first byte no URL holds; a query printed already ("?<redacted>") is
+    // passed over and the URL goes on after it: what follows it was the query's, and printing it
+    // as text of its own would join it to the URL when a fragment before it is dropped.
     size_t end = mark + 3;
-    while (end < text.size() && url_char(text[end])) ++end;
-    if (end > 0 && text[end - 1] == '?' && text.substr(end, kRedacted.size()) == kRedacted) end += kRedacted.size();
+    for (;;) {
+      while (end < text.size() && url_char(text[end])) ++end;
+      if (text[end - 1] != '?' || text.substr(end, kRedacted.size()) != kRedacted) break;
+      end += kRedacted.size();
+    }
     out.append(text.substr(i, start - i));
     const std::string_view url = text.substr(start, end - start);
     const size_t auth_begin = mark + 3 - start;
