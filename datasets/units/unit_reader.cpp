@@ -265,10 +265,10 @@ struct UnitOpener::Shared {
   std::list<std::pair<uint32_t, std::shared_ptr<io::RangeFile>>> blocks;  // local stores only
 };
 
-// A block shard's unit: its block read by its byte range and decoded whole. A remote store's
-// file is opened for each unit (its cache lets a unit go when the lanes are done with it).
 namespace {
 
+// A block shard's unit: its block read by its byte range and decoded whole. A remote store's
+// file is opened for each unit (its cache lets a unit go when the lanes are done with it).
 std::vector<char> block_payload(io::Store& store, UnitOpener::Shared& shared, const Catalog& c, const Unit& u,
                                 ShardKind kind) {
   const io::ObjectInfo& info = c.files[u.file].object;
