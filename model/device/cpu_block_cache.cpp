@@ -21,7 +21,6 @@ namespace {
 
 constexpr size_t kHugePage = size_t{2} << 20;    // blocks this large are huge-page aligned and advised
 constexpr size_t kSmallGrain = size_t{256} << 10;  // smaller cached blocks round up to this
-constexpr size_t kKeptPerPeak = kCpuBlocksKeptPerPeak;
 
 size_t round_up(size_t n, size_t grain) { return (n + grain - 1) / grain * grain; }
 
@@ -130,11 +129,9 @@ class CpuBlockCache final : public c10::Allocator {
       kept_.push_back({p, size});
       by_size_.emplace(size, std::prev(kept_.end()));
       stats_.kept_bytes += size;
-      // The bound: never more kept than kKeptPerPeak times the most ever in use at once (at least
-      // min_kept_bytes). A step's large tensors are not all alive at once, so the blocks it frees
-      // add up to more than its peak: kept to the peak itself, the quick start's step gave one
-      // 206 MB block back every step and mapped it afresh the next (13 in 12 steps of bench_model).
-      const size_t bound = std::max(kKeptPerPeak * stats_.peak_in_use_bytes, options_.min_kept_bytes);
+      // The bound (the header says why twice the peak): never more kept than that (at least
+      // min_kept_bytes).
+      const size_t bound = std::max(kCpuBlocksKeptPerPeak * stats_.peak_in_use_bytes, options_.min_kept_bytes);
       while (stats_.kept_bytes > bound && !kept_.empty()) unmap.push_back(forget_oldest_locked());
     }
     for (const Kept& k : unmap) ::munmap(k.block, k.size);
