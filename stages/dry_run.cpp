@@ -16,14 +16,20 @@ namespace pipeline::stages {
 
 namespace {
 
-// A mix entry, "SOURCE=WEIGHT", its path resolved like [data] dataset (a remote source's URL as
-// written).
+// A source a stage names (its dataset, a mix entry), found as [data] dataset is: a remote source's
+// URL as written, a path by config::resolve_data_path (the working directory, the config's, the
+// source tree).
+std::filesystem::path resolve_source(const std::string& text, const RunConfig& cfg) {
+  return datasets::io::is_remote_source(text) ? std::filesystem::path(text)
+                                              : config::resolve_data_path(text, cfg.file, cfg.source_dir);
+}
+
+// A mix entry, "SOURCE=WEIGHT".
 datasets::MixSource parse_mix_entry(const std::string& entry, const RunConfig& cfg, const std::string& stage) {
   const auto [source, weight] = datasets::split_mix_entry(entry, "[stages." + stage + "] mix");
   datasets::MixSource src;
   src.weight = weight;
-  src.dir = datasets::io::is_remote_source(source) ? std::filesystem::path(source)
-                                                   : config::resolve_data_path(source, cfg.file, cfg.source_dir);
+  src.dir = resolve_source(source, cfg);
   return src;
 }
 
@@ -40,7 +46,7 @@ datasets::SourceRequest source_request(const RunConfig& cfg, const config::Secti
   datasets::SourceRequest r;
   const auto& dir = options.get_string("dataset");
   const auto& split = options.get_string("split");
-  r.dataset = dir.empty() ? cfg.data.dataset : std::filesystem::path(dir);  // (resolved with the config)
+  r.dataset = dir.empty() ? cfg.data.dataset : resolve_source(dir, cfg);
   r.split = split.empty() ? cfg.data.train_split : split;
   r.tokens = tokens;
   r.seed = static_cast<uint64_t>(cfg.run.seed);
@@ -94,9 +100,7 @@ std::vector<uint16_t> validation_tokens(const RunConfig& cfg, const config::Sect
   static constexpr const char* kTooSmall =
       ": prepare it with a larger --val-fraction, or turn evaluation off with [eval] every = 0";
   const std::string& own = options.get_string("dataset");
-  const std::filesystem::path source = own.empty()                             ? cfg.data.dataset
-                                       : datasets::io::is_remote_source(own) ? std::filesystem::path(own)
-                                                                             : config::resolve_data_path(own, cfg.file, cfg.source_dir);
+  const std::filesystem::path source = own.empty() ? cfg.data.dataset : resolve_source(own, cfg);
   const std::string shown = datasets::io::redact_urls(source.string());
   const int64_t B = cfg.training.batch_size, T = cfg.training.seq_len;
   const auto parquet_needs_own = [&] {

@@ -77,6 +77,15 @@ TEST_CASE("check refuses the data a run would refuse, and passes the swap to rea
   CHECK(contains(swapped.out, "ok: 7 stages, configuration valid"));
   CHECK(!contains(swapped.out, "stages.tokenize.workers"));
   CHECK(contains(swapped.out, "removed: [stages.tokenize] (--set stages.tokenize=)"));
+  // A stage's own dataset, relative, is found beside the config as [data] dataset is (not only
+  // in the working directory).
+  fs::copy_file(kQuick, dir.path / "beside.toml");
+  auto beside = sh("check " + (dir.path / "beside.toml").string() +
+                   " --set stages.read.dataset=tok --set stages.read.type=read_tokens --set stages.tokenize= "
+                   "--set stages.pack.input=read");
+  INFO(beside.out);
+  CHECK(beside.code == 0);
+  CHECK(contains(beside.out, "configuration valid"));
   auto drawn = sh("graph " + swap + " --set stages.tokenize= --text");
   CHECK(contains(drawn.out, "read (read_tokens ×1, source)\n  │ tokens, cap 64\n  ▼\npack (pack ×1, ordered input)\n"));
 
