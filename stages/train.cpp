@@ -29,6 +29,7 @@
 #include "base/nvtx.h"
 
 #include "base/json.h"
+#include "base/short_number.h"
 #include "graph/stage.h"
 #include "model/net/autocast.h"
 #include "model/device/captured_step.h"
@@ -146,7 +147,7 @@ class Train : public graph::Stage {
                                                    cfg.training.steps, rc_.device);
       guard_->load(watch_.record().detector);
       rc_.log->print(name_ + ": spike guard on: a step whose loss or grad norm is not finite or lies more than " +
-                     number(g.z) + " deviations above its mean over the last " + std::to_string(g.window) +
+                     short_number(g.z) + " deviations above its mean over the last " + std::to_string(g.window) +
                      " steps is skipped; " + std::to_string(g.max_skips) + " in a row roll back to the newest checkpoint (at most " +
                      std::to_string(g.max_rollbacks) + " times)" +
                      (watch_.updates_known() != step_ ? "; " + std::to_string(watch_.updates_known()) + " updates in " +
@@ -389,12 +390,6 @@ class Train : public graph::Stage {
     std::string out;
     for (const auto& r : watch_.record().rolled_back) out += (out.empty() ? " (data steps skipped: " : ", ") + range_text(r);
     return out.empty() ? out : out + ")";
-  }
-
-  static std::string number(double x) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", x);
-    return buf;
   }
 
   static std::string describe(const model::SpikeVerdict& v) {

@@ -6,6 +6,7 @@
 #include <typeindex>
 #include <vector>
 
+#include "base/short_number.h"
 #include "cli.h"
 #include "graph/stage.h"
 
@@ -21,19 +22,13 @@ std::string port_text(const pipeline::graph::PortType& p, const char* none) {
   return p.name + " (" + pipeline::graph::type_name_of(p.type) + ")";
 }
 
-std::string num(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 void print_options(const pipeline::config::Schema& schema, const std::string& indent) {
   for (const auto& o : schema.options()) {
     std::string def = o.default_value ? pipeline::config::value_to_string(*o.default_value) : "required";
     std::cout << indent << o.key << " (" << pipeline::config::value_type_name(o.type) << ", default " << def;
     if (o.min || o.max) {
-      std::cout << ", range [" << (o.min ? num(*o.min) : std::string("-inf")) << ", "
-                << (o.max ? num(*o.max) : std::string("inf")) << "]";
+      std::cout << ", range [" << (o.min ? pipeline::short_number(*o.min) : std::string("-inf")) << ", "
+                << (o.max ? pipeline::short_number(*o.max) : std::string("inf")) << "]";
     }
     if (!o.choices.empty()) {
       std::cout << ", one of";

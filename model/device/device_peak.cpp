@@ -25,6 +25,8 @@
 #include <optional>
 #include <vector>
 
+#include "base/short_number.h"
+
 namespace pipeline::model {
 
 namespace {
@@ -91,12 +93,6 @@ std::optional<MigSlice> mig_slice(std::string_view name) {
   return std::nullopt;
 }
 
-std::string number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
-
 }  // namespace
 
 double table_peak_tflops(std::string_view device_name, std::string* row) {
@@ -123,14 +119,14 @@ PeakFlops resolve_peak_flops(double configured, bool cuda, std::string_view devi
     const double whole = table_peak_tflops(slice->gpu, &row);
     return {0, "\"" + std::string(device_name) + "\" is a MIG slice" +
                    (slice->profile.empty() ? std::string() : " (" + slice->profile + ")") +
-                   (whole > 0 ? " of the peak table's " + row + " (" + number(whole) + " TFLOP/s for the whole GPU)" : "") +
+                   (whole > 0 ? " of the peak table's " + row + " (" + short_number(whole) + " TFLOP/s for the whole GPU)" : "") +
                    ": a slice computes with a share of the GPU's SMs, which the peak table cannot know"};
   }
   return {0, "the peak table has no entry for \"" + std::string(device_name) + "\""};
 }
 
 std::string describe_peak(const PeakFlops& peak) {
-  if (peak.tflops > 0) return "MFU against " + number(peak.tflops) + " TFLOP/s (" + peak.source + ")";
+  if (peak.tflops > 0) return "MFU against " + short_number(peak.tflops) + " TFLOP/s (" + peak.source + ")";
   return "MFU: \xE2\x80\x94 (" + peak.source +
          "): set [logging] peak_tflops to the device's dense bf16 TFLOP/s (e.g. --set logging.peak_tflops=312) to "
          "see it";
