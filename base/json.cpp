@@ -3,6 +3,8 @@
 // offset of each value and the literal text of numbers) from the input itself.
 #include "base/json.h"
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <iterator>
 
@@ -231,6 +233,13 @@ JsonValue json_parse(std::string_view text) {
 std::string json_quote(std::string_view s) {
   // Invalid UTF-8 becomes U+FFFD, so whatever we write is JSON that strict readers accept.
   return nlohmann::json(std::string(s)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string json_number(double x, const char* format) {
+  if (!std::isfinite(x)) return "null";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, x);
+  return buf;
 }
 
 }  // namespace pipeline

@@ -57,4 +57,8 @@ JsonValue json_parse(std::string_view text);
 /// invalid UTF-8 sequences become U+FFFD, so the output is always valid JSON).
 std::string json_quote(std::string_view s);
 
+/// `x` printed with the printf `format` ("%.9g": a float32 exactly), or null when it is not finite
+/// (JSON has no NaN or infinity: a diverged loss is written as null).
+std::string json_number(double x, const char* format = "%.9g");
+
 }  // namespace pipeline

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "base/duration.h"
+#include "base/json.h"
 #include "graph/stage.h"
 #include "model/device/cpu_advice.h"
 #include "model/device/device_event.h"
@@ -141,14 +142,6 @@ class Log : public graph::Stage {
   }
 
   static double finite_or_zero(double x) { return std::isfinite(x) ? x : 0.0; }
-
-  // JSON has no NaN or infinity: a loss or norm that is not finite is written as null.
-  static std::string json_number(double x, const char* format) {
-    if (!std::isfinite(x)) return "null";
-    char buf[48];
-    std::snprintf(buf, sizeof buf, format, x);
-    return buf;
-  }
 
   // "guard: step 812 skipped: loss 10.93 at z 14.2, grad norm 2.31 at z 1.1; 2 in a row (5 roll back)"
   std::string skip_line(int64_t step, const model::SpikeVerdict& v) const {

@@ -3,6 +3,8 @@
 // UTF-8, and json_quote producing JSON that any strict reader accepts.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <limits>
 #include <string>
 
 #include "base/json.h"
@@ -122,4 +124,15 @@ TEST_CASE("json_quote: escapes, and invalid UTF-8 replaced so the output is alwa
     const std::string one(1, static_cast<char>(c));
     CHECK_NOTHROW(json_parse(json_quote(one)));
   }
+}
+
+TEST_CASE("json_number: a float32 exactly, the format asked for, and null where JSON has no number") {
+  CHECK(json_number(static_cast<double>(0.1f)) == "0.100000001");
+  CHECK(json_parse(json_number(static_cast<double>(0.1f))).text == "0.100000001");
+  CHECK(json_number(2.0) == "2");
+  CHECK(json_number(0.5, "%.5f") == "0.50000");
+  CHECK(json_number(std::nan("")) == "null");
+  CHECK(json_number(std::numeric_limits<double>::infinity()) == "null");
+  CHECK(json_number(-std::numeric_limits<double>::infinity(), "%.5f") == "null");
+  CHECK(json_parse("[" + json_number(std::nan("")) + "]").items.at(0).type == JsonValue::Type::null);
 }

@@ -178,11 +178,7 @@ std::string to_json(const Snapshot& s, const Verdict* v) {
     os << ",\"train\":{";
     for (size_t i = 0; i < s.train.size(); ++i) {
       const double x = s.train[i].second;
-      os << (i ? "," : "") << json_quote(s.train[i].first) << ":";
-      if (std::isfinite(x))  // JSON has no NaN or infinity: a diverged loss is written as null
-        os << std::setprecision(9) << x << std::setprecision(6);
-      else
-        os << "null";
+      os << (i ? "," : "") << json_quote(s.train[i].first) << ":" << json_number(x);
     }
     os << "}";
   }
