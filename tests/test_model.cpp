@@ -283,11 +283,12 @@ TEST_CASE("targets outside the vocabulary are ignored as PyTorch's ignore_index:
   CHECK(torch::count_nonzero(in.grad()).item<int64_t>() == 0);
 }
 
-TEST_CASE("a NaN logit makes the loss NaN and its row's gradient NaN, the other rows finite") {
+TEST_CASE("a NaN or +inf logit makes the loss NaN and its row's gradient NaN, the other rows finite") {
   use_one_thread();
   auto gen = at::detail::createCPUGenerator(13);
   const int64_t N = 9, Vp = 64, V = 50;
   auto targets = torch::randint(V, {N}, gen, torch::kLong);
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
   for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
     for (const int64_t column : {int64_t{0}, int64_t{17}, V - 1}) {  // the target's column or another
      for (const int64_t chunk : {int64_t{3}, int64_t{0}}) {  // chunked ATen ops, and the CPU kernel (fp32)
@@ -295,7 +296,8 @@ TEST_CASE("a NaN logit makes the loss NaN and its row's gradient NaN, the other 
       CAPTURE(column);
       CAPTURE(chunk);
       auto base = torch::randn({N, Vp}, gen);
-      base[4][column] = std::numeric_limits<float>::quiet_NaN();
+      CAPTURE(bad);
+      base[4][column] = bad;
       auto in = base.to(dtype).detach().requires_grad_(true);
       auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
       CHECK(std::isnan(loss.item<float>()));
@@ -306,6 +308,27 @@ TEST_CASE("a NaN logit makes the loss NaN and its row's gradient NaN, the other 
       CHECK(torch::isfinite(g.narrow(0, 5, N - 5)).all().item<bool>());
      }
     }
+  }
+}
+
+TEST_CASE("a -inf logit takes no probability: the loss of the other columns, a zero gradient there") {
+  use_one_thread();
+  auto gen = at::detail::createCPUGenerator(15);
+  const int64_t N = 5, Vp = 64, V = 50;
+  auto targets = torch::randint(V, {N}, gen, torch::kLong);
+  auto base = torch::randn({N, Vp}, gen);
+  const int64_t column = (targets[2].item<int64_t>() + 1) % V;  // not row 2's target
+  base[2][column] = -std::numeric_limits<float>::infinity();
+  for (const int64_t chunk : {int64_t{3}, int64_t{0}}) {  // chunked ATen ops, and the CPU kernel
+    CAPTURE(chunk);
+    auto in = base.detach().requires_grad_(true);
+    auto loss = m::cross_entropy_real_vocab(in, targets, V, chunk);
+    auto ref = sliced_loss(base, targets, V);
+    CHECK(std::isfinite(loss.item<float>()));
+    CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-6 * ref.item<double>());
+    loss.backward();
+    CHECK(in.grad()[2][column].item<float>() == 0.0f);
+    CHECK(torch::isfinite(in.grad()).all().item<bool>());
   }
 }
 

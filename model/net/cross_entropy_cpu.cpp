@@ -5,6 +5,7 @@
 
 #include <ATen/cpu/vec/vec.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -27,13 +28,18 @@ float row_max(const float* z, int64_t n) {
   return m;
 }
 
-// The sum of exp(z[j] - m) over j < n; when `out` is given, each term written to out[j].
+// The sum of exp(z[j] - m) over j < n, m finite and no z[j] above it; when `out` is given, each
+// term written to out[j]. The vectors' exp is ATen's exp_u20 (a degree-5 polynomial after range
+// reduction, within about 2e-6 of the true value, an exp of a value below log(FLT_MIN) flushed to
+// zero): a third faster over a row than the Sleef exp within 1 ulp, which made this loop the
+// kernel's cost (44 ms against 28 ms for the quick start's 1024 rows of 50,304, 2 threads). It
+// maps NaN to a finite value, so a row whose maximum is not finite never comes here (rows()).
 float row_sum_exp(const float* z, int64_t n, float m, float* out) {
   const Vec vm(m);
   Vec acc(0.0f);
   int64_t j = 0;
   for (; j + Vec::size() <= n; j += Vec::size()) {
-    const Vec e = (Vec::loadu(z + j) - vm).exp();
+    const Vec e = (Vec::loadu(z + j) - vm).exp_u20();
     if (out) e.store(out + j);
     acc = acc + e;
   }
@@ -71,6 +77,13 @@ void rows(const Rows& in, float* row_loss, float* grad, float scale, int64_t beg
       continue;
     }
     const float m = row_max(z, in.vocab);
+    if (!std::isfinite(m)) {  // a NaN or +inf logit, or none above -inf: NaN loss and gradient, as log_softmax gives
+      row_loss[r] = std::numeric_limits<float>::quiet_NaN();
+      if (!g) continue;
+      std::fill(g, g + in.vocab, std::numeric_limits<float>::quiet_NaN());
+      if (in.padded > in.vocab) std::memset(g + in.vocab, 0, static_cast<size_t>(in.padded - in.vocab) * sizeof(float));
+      continue;
+    }
     const float s = row_sum_exp(z, in.vocab, m, g);  // g holds exp(z - m) after this
     row_loss[r] = (m + std::log(s)) - z[t];
     if (!g) continue;
