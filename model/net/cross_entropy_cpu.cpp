@@ -70,18 +70,18 @@ void rows(const Rows& in, float* row_loss, float* grad, float scale, int64_t beg
   for (int64_t r = begin; r < end; ++r) {
     const float* z = in.logits + r * in.stride;
     float* g = grad ? grad + r * in.padded : nullptr;
+    if (g && in.padded > in.vocab)  // the padded columns never take a gradient
+      std::memset(g + in.vocab, 0, static_cast<size_t>(in.padded - in.vocab) * sizeof(float));
     const int64_t t = in.targets[r];
     if (t < 0 || t >= in.vocab) {  // ignored: no loss, no gradient
       row_loss[r] = 0.0f;
-      if (g) std::memset(g, 0, static_cast<size_t>(in.padded) * sizeof(float));
+      if (g) std::memset(g, 0, static_cast<size_t>(in.vocab) * sizeof(float));
       continue;
     }
     const float m = row_max(z, in.vocab);
     if (!std::isfinite(m)) {  // a NaN or +inf logit, or none above -inf: NaN loss and gradient, as log_softmax gives
       row_loss[r] = std::numeric_limits<float>::quiet_NaN();
-      if (!g) continue;
-      std::fill(g, g + in.vocab, std::numeric_limits<float>::quiet_NaN());
-      if (in.padded > in.vocab) std::memset(g + in.vocab, 0, static_cast<size_t>(in.padded - in.vocab) * sizeof(float));
+      if (g) std::fill(g, g + in.vocab, std::numeric_limits<float>::quiet_NaN());
       continue;
     }
     const float s = row_sum_exp(z, in.vocab, m, g);  // g holds exp(z - m) after this
@@ -89,7 +89,6 @@ void rows(const Rows& in, float* row_loss, float* grad, float scale, int64_t beg
     if (!g) continue;
     row_scale(g, in.vocab, scale / s);
     g[t] -= scale;
-    if (in.padded > in.vocab) std::memset(g + in.vocab, 0, static_cast<size_t>(in.padded - in.vocab) * sizeof(float));
   }
 }
 
